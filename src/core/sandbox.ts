@@ -1,0 +1,173 @@
+/**
+ * The SandboxDriver port: the only way the engine touches a machine. gVisor (runsc) and QEMU implement
+ * it in src/drivers; the engine never learns which one it holds. Every method is required; what a backend
+ * can or cannot do is data in `capabilities`.
+ */
+
+export type BackendName = 'gvisor' | 'qemu';
+
+export interface SandboxLimits {
+  /** Memory limit, MiB. */
+  memoryMb: number;
+  /** CPU limit, in cores (may be fractional for gVisor; rounded up to whole vCPUs for QEMU). */
+  cpus: number;
+}
+
+/** Who the machine is. Fresh per session and per fork branch. */
+export interface SandboxIdentity {
+  hostname: string;
+  /** 32 lower-case hex characters, written to /etc/machine-id. */
+  machineId: string;
+  /** Increases at every wake and fork; written with the resume signal. */
+  generation: number;
+  /** Why the identity was (re)applied: first boot, wake from hibernation, or a fork branch. */
+  reason: 'create' | 'wake' | 'fork';
+}
+
+export interface SandboxSpec {
+  /** Driver-level id of the sandbox; unique per live machine (a fork branch gets a new one). */
+  sandboxId: string;
+  limits: SandboxLimits;
+  /** Environment given to every process the agent starts. */
+  env: Record<string, string>;
+  identity: SandboxIdentity;
+  /** Network mode; only 'none' is supported by the default configuration. */
+  network: 'none';
+}
+
+export interface ExecRequest {
+  /** argv; argv[0] is looked up in PATH. */
+  argv: string[];
+  cwd?: string;
+  /** Merged over the sandbox environment. */
+  env?: Record<string, string>;
+  /** Kill the command (its whole process group) after this many milliseconds. 0 or absent: no limit. */
+  timeoutMs?: number;
+  /** When false, the command's stdin is /dev/null. Default false. */
+  stdin?: boolean;
+}
+
+export type ExecEvent =
+  | { type: 'stdout'; data: Uint8Array }
+  | { type: 'stderr'; data: Uint8Array }
+  | { type: 'exit'; exit: ExecExit };
+
+export interface ExecExit {
+  /** Exit code; 128+signal when killed by a signal (shell convention). */
+  code: number;
+  /** Signal number when killed by one, else null. */
+  signal: number | null;
+  /** True when timeoutMs elapsed and the command was killed for it. */
+  timedOut: boolean;
+}
+
+/** A running command. Output is an async iterable; wait() resolves with the exit. */
+export interface ExecHandle extends AsyncIterable<ExecEvent> {
+  writeStdin(data: Uint8Array): Promise<void>;
+  closeStdin(): Promise<void>;
+  /** Sends a signal (default SIGKILL) to the command's process group. */
+  kill(signal?: number): Promise<void>;
+  wait(): Promise<ExecExit>;
+}
+
+export type FileType = 'file' | 'dir' | 'symlink' | 'other';
+export interface FileEntry {
+  name: string;
+  type: FileType;
+  /** Bytes. */
+  size: number;
+  /** Permission bits, e.g. 0o644. */
+  mode: number;
+  /** Milliseconds since the epoch. */
+  mtimeMs: number;
+}
+export interface FileStat extends FileEntry {
+  path: string;
+}
+
+export interface SandboxStats {
+  /** CPU seconds used by the sandbox since it (this incarnation) started. */
+  cpuSeconds: number;
+  /** Resident host memory now, bytes. */
+  memoryBytes: number;
+  /** Highest resident host memory seen, bytes. */
+  peakMemoryBytes: number;
+}
+
+export interface DriverCapabilities {
+  /** Restoring one snapshot several times gives independent branches. */
+  fork: boolean;
+  /** Checkpoints include process memory, not only files. */
+  liveMemory: boolean;
+  /** checkpoint({leaveRunning:true}) keeps the sandbox running. */
+  snapshotWhileRunning: boolean;
+  /** What kind of boundary isolates the session: a user-space kernel or a hypervisor. */
+  isolation: 'user-space-kernel' | 'hypervisor';
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
+export interface CheckpointResult {
+  /** Bytes written to the image directory. */
+  bytes: number;
+}
+
+export interface SandboxDriver {
+  readonly name: BackendName;
+  readonly capabilities: DriverCapabilities;
+
+  /** Checks that the backend is usable here; throws UnavailableError naming what is missing. */
+  probe(opts?: CallOptions): Promise<void>;
+
+  create(spec: SandboxSpec, opts?: CallOptions): Promise<void>;
+  /**
+   * Re-attaches to a sandbox that was running when the server stopped. Resolves true when it is alive and
+   * answering, false when it is gone (the caller then restores or fails the session).
+   */
+  adopt(spec: SandboxSpec, opts?: CallOptions): Promise<boolean>;
+  /** Driver-level ids of every sandbox this driver's state directory knows, live or not. */
+  list(opts?: CallOptions): Promise<string[]>;
+
+  exec(sandboxId: string, req: ExecRequest, opts?: CallOptions): Promise<ExecHandle>;
+
+  readFile(sandboxId: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>>;
+  /** Writes atomically: the file appears whole or not at all. Returns bytes written. */
+  writeFile(
+    sandboxId: string,
+    path: string,
+    data: AsyncIterable<Uint8Array>,
+    opts?: CallOptions & { mode?: number },
+  ): Promise<number>;
+  listFiles(sandboxId: string, path: string, opts?: CallOptions): Promise<FileEntry[]>;
+  stat(sandboxId: string, path: string, opts?: CallOptions): Promise<FileStat>;
+  /** Canonical absolute path with symlinks followed, resolved inside the sandbox. Need not exist past its parent. */
+  realpath(sandboxId: string, path: string, opts?: CallOptions): Promise<string>;
+  mkdir(sandboxId: string, path: string, opts?: CallOptions & { parents?: boolean }): Promise<void>;
+  remove(sandboxId: string, path: string, opts?: CallOptions & { recursive?: boolean }): Promise<void>;
+
+  pause(sandboxId: string, opts?: CallOptions): Promise<void>;
+  resume(sandboxId: string, opts?: CallOptions): Promise<void>;
+
+  /**
+   * Writes the sandbox's full state (memory, processes, files) into imageDir. Without leaveRunning the
+   * sandbox is gone afterwards and its RAM released.
+   */
+  checkpoint(
+    sandboxId: string,
+    imageDir: string,
+    opts?: CallOptions & { leaveRunning?: boolean },
+  ): Promise<CheckpointResult>;
+  /** Starts spec.sandboxId from imageDir and applies spec.identity. One image may be restored many times. */
+  restore(spec: SandboxSpec, imageDir: string, opts?: CallOptions): Promise<void>;
+
+  stats(sandboxId: string, opts?: CallOptions): Promise<SandboxStats>;
+  /** Kills everything and deletes the sandbox's scratch state. Idempotent. */
+  destroy(sandboxId: string, opts?: CallOptions): Promise<void>;
+
+  /** Registers a callback for sandboxes that die on their own (crash, OOM). */
+  onExit(listener: (sandboxId: string, reason: string) => void): void;
+  /** Releases channels and watchers; sandboxes keep running (they are re-adopted on the next start). */
+  close(): Promise<void>;
+}
