@@ -1,0 +1,457 @@
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import type BetterSqlite3 from 'better-sqlite3';
+import { GENESIS_HASH, hashEntry, verifyChain } from '../core/audit.js';
+import type { AuditEntry, AuditInput, AuditLog, AuditQuery, Principal, VerifyResult } from '../core/audit.js';
+import { canonicalJson } from '../core/canonical.js';
+import { AppError, ConfigError, InvalidArgumentError } from '../core/errors.js';
+import type { Clock } from '../core/store.js';
+import { translateSqliteError } from './sqlite-errors.js';
+
+/**
+ * The audit log over the `audit` table (created in migrations.ts, with triggers that abort UPDATE and
+ * DELETE). A hash chain shows edits, removals and reorders, but not a cut tail: for that the head (seq +
+ * hash) is also kept in a small anchor file beside the database, rewritten (tmp + rename) after each
+ * committed append, and compared by verifyAudit().
+ */
+
+/** The head of the chain: the last entry's seq and hash ({0, GENESIS_HASH} for an empty log). */
+export interface AuditAnchor {
+  seq: number;
+  hash: string;
+}
+
+/**
+ * A JSON column that no longer parses is returned as `{ [UNREADABLE]: <raw column value> }` so that
+ * reading a hand-edited file never throws; its hash no longer matches, so verification reports 'edited'.
+ */
+export const UNREADABLE = '$unreadable';
+
+/** `<db>.audit-head`; undefined for an in-memory database. */
+export function anchorPathFor(dbPath: string): string | undefined {
+  return dbPath === ':memory:' || dbPath === '' ? undefined : `${dbPath}.audit-head`;
+}
+
+export type AnchorRead = { status: 'ok'; anchor: AuditAnchor } | { status: 'missing' } | { status: 'invalid' };
+
+export function readAnchor(path: string): AnchorRead {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { status: 'missing' };
+    throw e;
+  }
+  try {
+    const v = JSON.parse(text) as unknown;
+    if (typeof v === 'object' && v !== null) {
+      const { seq, hash } = v as Record<string, unknown>;
+      if (
+        Number.isSafeInteger(seq) &&
+        (seq as number) >= 0 &&
+        typeof hash === 'string' &&
+        /^[0-9a-f]{64}$/.test(hash) &&
+        (seq !== 0 || hash === GENESIS_HASH)
+      ) {
+        return { status: 'ok', anchor: { seq: seq as number, hash } };
+      }
+    }
+  } catch {
+    // fall through: unparseable
+  }
+  return { status: 'invalid' };
+}
+
+/**
+ * Atomic replace. No fsync, on purpose: the database commit before it was fsynced (synchronous=FULL), so
+ * after a power loss the anchor can only lag the database, which verifyAudit accepts ('behind').
+ */
+function writeAnchor(path: string, a: AuditAnchor): void {
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, `{"seq":${a.seq},"hash":"${a.hash}"}\n`);
+  renameSync(tmp, path);
+}
+
+interface AuditRow {
+  seq: number;
+  ts: number;
+  tenant_id: string | null;
+  session_id: string | null;
+  principal: string;
+  action: string;
+  outcome: string;
+  data: string;
+  prev_hash: string;
+  hash: string;
+}
+
+const COLUMNS = 'seq, ts, tenant_id, session_id, principal, action, outcome, data, prev_hash, hash';
+
+function parseColumn(raw: unknown): unknown {
+  if (typeof raw === 'string') {
+    try {
+      return JSON.parse(raw) as unknown;
+    } catch {
+      // fall through
+    }
+  }
+  return { [UNREADABLE]: raw };
+}
+
+function decodeEntry(row: AuditRow): AuditEntry {
+  return {
+    seq: row.seq,
+    ts: row.ts,
+    tenantId: row.tenant_id,
+    sessionId: row.session_id,
+    principal: parseColumn(row.principal) as Principal,
+    action: row.action,
+    outcome: row.outcome,
+    data: parseColumn(row.data) as Record<string, unknown>,
+    prevHash: row.prev_hash,
+    hash: row.hash,
+  };
+}
+
+interface PreparedInput {
+  input: AuditInput;
+  tenantId: string | null;
+  sessionId: string | null;
+  principalJson: string;
+  dataJson: string;
+}
+
+type QueryKey = '' | 't' | 's' | 'ts';
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function prepareInput(input: AuditInput): PreparedInput {
+  const bad = (field: string): never => {
+    throw new InvalidArgumentError(`audit input: bad ${field}`, { details: { field } });
+  };
+  if (typeof input.action !== 'string' || input.action === '') bad('action');
+  if (typeof input.outcome !== 'string' || input.outcome === '') bad('outcome');
+  const tenantId = input.tenantId ?? null;
+  const sessionId = input.sessionId ?? null;
+  if (tenantId !== null && typeof tenantId !== 'string') bad('tenantId');
+  if (sessionId !== null && typeof sessionId !== 'string') bad('sessionId');
+  if (!isObject(input.principal) || typeof input.principal.kind !== 'string' || typeof input.principal.id !== 'string') {
+    bad('principal');
+  }
+  if (!isObject(input.data)) bad('data');
+  let principalJson = '';
+  let dataJson = '';
+  try {
+    // Canonical JSON is stored, so the bytes on disk are the bytes hashEntry() hashes (a Date, say, would
+    // otherwise be hashed as {} but stored as a string, and fail verification later).
+    principalJson = canonicalJson(input.principal);
+    dataJson = canonicalJson(input.data);
+  } catch (e) {
+    throw new InvalidArgumentError('audit input is not encodable as JSON', { cause: e });
+  }
+  return { input, tenantId, sessionId, principalJson, dataJson };
+}
+
+export interface SqliteAuditLogOptions {
+  db: BetterSqlite3.Database;
+  /** Source of `ts`. */
+  clock: Clock;
+  /** Where the head anchor lives; undefined = no anchor (in-memory databases). */
+  anchorPath?: string;
+}
+
+/** Built by openSqliteStore(); use `store.audit`. */
+export class SqliteAuditLog implements AuditLog {
+  readonly anchorPath: string | undefined;
+  readonly #db: BetterSqlite3.Database;
+  readonly #clock: Clock;
+  readonly #head: BetterSqlite3.Statement<[], { seq: number; hash: string }>;
+  readonly #hashAt: BetterSqlite3.Statement<[number], { hash: string }>;
+  readonly #byHash: BetterSqlite3.Statement<[string], AuditRow>;
+  readonly #insert: BetterSqlite3.Statement<unknown[]>;
+  readonly #scan: BetterSqlite3.Statement<[], AuditRow>;
+  /** Keyed by which of tenantId (t) and sessionId (s) the query filters on. */
+  readonly #queries: Record<QueryKey, BetterSqlite3.Statement<[Record<string, unknown>], AuditRow>>;
+  readonly #appendTx: (p: PreparedInput) => AuditEntry;
+  /** The head this process last saw committed; a head behind it means rows were cut under us. */
+  #known: AuditAnchor;
+  /** An append ran inside an outer transaction; the anchor is written when that commits. */
+  #pending = false;
+  #frozen = false;
+
+  constructor(opts: SqliteAuditLogOptions) {
+    this.#db = opts.db;
+    this.#clock = opts.clock;
+    this.anchorPath = opts.anchorPath;
+    const db = this.#db;
+    this.#head = db.prepare('SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1');
+    this.#hashAt = db.prepare('SELECT hash FROM audit WHERE seq = ?');
+    this.#byHash = db.prepare(`SELECT ${COLUMNS} FROM audit WHERE hash = ? LIMIT 1`);
+    this.#insert = db.prepare(`INSERT INTO audit (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.#scan = db.prepare(`SELECT ${COLUMNS} FROM audit ORDER BY seq`);
+    const q = (where: string) =>
+      db.prepare<[Record<string, unknown>], AuditRow>(
+        `SELECT ${COLUMNS} FROM audit WHERE ${where} seq > @afterSeq ORDER BY seq LIMIT @limit`,
+      );
+    this.#queries = {
+      '': q(''),
+      t: q('tenant_id = @tenantId AND'),
+      s: q('session_id = @sessionId AND'),
+      ts: q('tenant_id = @tenantId AND session_id = @sessionId AND'),
+    };
+    this.#appendTx = db.transaction((p: PreparedInput) => this.#appendInTx(p)).immediate;
+    this.#known = this.head();
+    this.#openAnchor();
+  }
+
+  /**
+   * True when the anchor file disagreed with the database (at open, or a head that moved backwards under
+   * this process): the anchor is then left as found, as evidence for verifyAudit, until reanchor().
+   */
+  get anchorFrozen(): boolean {
+    return this.#frozen;
+  }
+
+  head(): AuditAnchor {
+    return this.#head.get() ?? { seq: 0, hash: GENESIS_HASH };
+  }
+
+  /**
+   * Appends one entry in its own IMMEDIATE transaction (or as part of the caller's store.transaction(), in
+   * which case the anchor is written when that commits). If the row commits but the anchor cannot be
+   * written, throws 'unavailable' with details.committed = true: do not retry the append.
+   */
+  append(input: AuditInput): AuditEntry {
+    const p = prepareInput(input);
+    const outer = this.#db.inTransaction;
+    let entry: AuditEntry;
+    try {
+      entry = this.#appendTx(p);
+    } catch (e) {
+      translateSqliteError(e, { kind: 'audit entry' });
+    }
+    if (outer) {
+      this.#pending = true;
+    } else {
+      this.#known = { seq: entry.seq, hash: entry.hash };
+      this.#anchor(this.#known);
+    }
+    return entry;
+  }
+
+  #appendInTx(p: PreparedInput): AuditEntry {
+    const head = this.head();
+    const k = this.#known;
+    const cut = head.seq < k.seq || (head.seq === k.seq ? head.hash !== k.hash : this.#hashOf(k.seq) !== k.hash);
+    if (cut) this.#frozen = true;
+    const ts = this.#clock.now();
+    if (!Number.isSafeInteger(ts)) throw new ConfigError('the clock returned a non-integer time', { details: { ts } });
+    const body: Omit<AuditEntry, 'hash'> = {
+      seq: head.seq + 1,
+      ts,
+      tenantId: p.tenantId,
+      sessionId: p.sessionId,
+      principal: p.input.principal,
+      action: p.input.action,
+      outcome: p.input.outcome,
+      data: p.input.data,
+      prevHash: head.hash,
+    };
+    const hash = hashEntry(body);
+    this.#insert.run(body.seq, ts, p.tenantId, p.sessionId, p.principalJson, body.action, body.outcome, p.dataJson, body.prevHash, hash);
+    return { ...body, hash };
+  }
+
+  query(q: AuditQuery = {}): AuditEntry[] {
+    const afterSeq = q.afterSeq ?? 0;
+    const limit = q.limit ?? -1; // SQLite: negative LIMIT = no limit
+    if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) {
+      throw new InvalidArgumentError('afterSeq must be a non-negative integer', { details: { field: 'afterSeq' } });
+    }
+    if (q.limit !== undefined && (!Number.isSafeInteger(q.limit) || q.limit < 1)) {
+      throw new InvalidArgumentError('limit must be a positive integer', { details: { field: 'limit' } });
+    }
+    const key = `${q.tenantId !== undefined ? 't' : ''}${q.sessionId !== undefined ? 's' : ''}` as QueryKey;
+    return this.#queries[key].all({ tenantId: q.tenantId, sessionId: q.sessionId, afterSeq, limit }).map(decodeEntry);
+  }
+
+  /**
+   * Streams every entry in seq order (one statement: a consistent snapshot). Consume it synchronously: until
+   * the iteration ends the connection refuses writes (better-sqlite3 throws "connection is busy").
+   */
+  *scan(): Generator<AuditEntry, void, undefined> {
+    for (const row of this.#scan.iterate()) yield decodeEntry(row);
+  }
+
+  /** An entry by its stored hash (a full-table scan: for diagnosis only). */
+  entryByHash(hash: string): AuditEntry | undefined {
+    const row = this.#byHash.get(hash);
+    return row && decodeEntry(row);
+  }
+
+  /**
+   * Operator action: accept the database's current head as the truth and rewrite the anchor (after a restore
+   * from backup, say). This is exactly what an intruder would want, so only a CLI verb should call it.
+   */
+  reanchor(): AuditAnchor {
+    const head = this.head();
+    this.#known = head;
+    this.#frozen = false;
+    if (this.anchorPath !== undefined) writeAnchor(this.anchorPath, head);
+    return head;
+  }
+
+  /** Called by SqliteStore.transaction() after its outermost COMMIT. */
+  afterCommit(): void {
+    if (!this.#pending) return;
+    this.#pending = false;
+    this.#known = this.head();
+    this.#anchor(this.#known);
+  }
+
+  /** Called by SqliteStore.transaction() after its outermost ROLLBACK. */
+  afterRollback(): void {
+    this.#pending = false;
+  }
+
+  #hashOf(seq: number): string | undefined {
+    return seq === 0 ? GENESIS_HASH : this.#hashAt.get(seq)?.hash;
+  }
+
+  #openAnchor(): void {
+    if (this.anchorPath === undefined) return;
+    const head = this.#known;
+    const read = readAnchor(this.anchorPath);
+    if (read.status === 'ok' && this.#hashOf(read.anchor.seq) === read.anchor.hash) {
+      // Consistent; the database may be ahead after a crash between COMMIT and the anchor write.
+      if (read.anchor.seq < head.seq) this.#anchor(head);
+    } else if (read.status === 'missing' && head.seq === 0) {
+      this.#anchor(head);
+    } else {
+      this.#frozen = true;
+    }
+  }
+
+  #anchor(a: AuditAnchor): void {
+    if (this.anchorPath === undefined || this.#frozen) return;
+    try {
+      writeAnchor(this.anchorPath, a);
+    } catch (e) {
+      throw new AppError('unavailable', 'audit entry committed but the head anchor could not be written', {
+        details: { seq: a.seq, path: this.anchorPath, committed: true },
+        cause: e,
+      });
+    }
+  }
+}
+
+/**
+ * How the anchor compared. 'matched': it names the head. 'behind': it names an earlier entry of this chain
+ * (a crash between COMMIT and the anchor write). 'ahead': the chain ends before it (tail cut). 'mismatch':
+ * the entry at its seq has another hash (history rewritten). 'missing' / 'invalid': no readable anchor, so a
+ * cut tail cannot be ruled out. 'none': no anchor path (in-memory). 'unchecked': the chain already failed.
+ */
+export type AnchorCheck = 'matched' | 'behind' | 'ahead' | 'mismatch' | 'missing' | 'invalid' | 'none' | 'unchecked';
+
+export type AuditVerifyResult = VerifyResult & { anchor: AnchorCheck };
+
+export interface VerifyAuditOptions {
+  /** Anchor file to compare with. Default: the store's own (`<db>.audit-head`). */
+  anchorPath?: string;
+}
+
+function hashable(e: AuditEntry): boolean {
+  const { hash: _hash, ...rest } = e;
+  try {
+    hashEntry(rest);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function hashesAs(e: AuditEntry, seq: number): boolean {
+  const { hash, ...rest } = e;
+  try {
+    return hashEntry({ ...rest, seq }) === hash;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The seq an entry was appended with, found by following prevHash links back to an entry that still sits
+ * where it was written. Bounded, since it only sharpens a diagnosis.
+ */
+function originalSeq(log: SqliteAuditLog, e: AuditEntry, depth: number): number | undefined {
+  if (e.prevHash === GENESIS_HASH) return 1;
+  if (depth === 0) return undefined;
+  const prev = log.entryByHash(e.prevHash);
+  if (prev === undefined) return undefined;
+  const prevSeq = hashesAs(prev, prev.seq) ? prev.seq : originalSeq(log, prev, depth - 1);
+  return prevSeq === undefined ? undefined : prevSeq + 1;
+}
+
+/**
+ * verifyChain() over scan(), then the anchor. Never throws on hand-edited rows. Fails closed: for a file
+ * database a missing or unreadable anchor is a failure ('removed' after the last entry), since deleting the
+ * anchor is how one would hide a cut tail.
+ *
+ * verifyChain() alone reports a pair whose seq values were swapped as 'edited' (seq is hashed); when the
+ * entry's hash does verify under the seq its prevHash link implies, it is reported as 'reordered'.
+ */
+export function verifyAudit(store: { readonly audit: SqliteAuditLog }, opts: VerifyAuditOptions = {}): AuditVerifyResult {
+  const log = store.audit;
+  const anchorPath = opts.anchorPath ?? log.anchorPath;
+  const read = anchorPath === undefined ? undefined : readAnchor(anchorPath);
+  const anchorSeq = read?.status === 'ok' ? read.anchor.seq : -1;
+  let atAnchor: string | undefined;
+  let count = 0;
+  function* feed(): Generator<AuditEntry> {
+    for (const e of log.scan()) {
+      count++;
+      if (e.seq === anchorSeq) atAnchor = e.hash;
+      yield e;
+    }
+  }
+  let chain: VerifyResult;
+  try {
+    chain = verifyChain(feed());
+  } catch (e) {
+    // verifyChain throws when hashEntry meets a value canonicalJson refuses (a hand-written 1e999 parses as
+    // Infinity). It checks entries in order, so the first such entry is the first bad one; none: rethrow.
+    let bad: AuditEntry | undefined;
+    for (const x of log.scan()) {
+      if (!hashable(x)) {
+        bad = x;
+        break;
+      }
+    }
+    if (bad === undefined) throw e;
+    chain = { ok: false, entries: count, firstBadSeq: bad.seq, problem: 'edited' };
+  }
+  if (!chain.ok) {
+    const bad = chain.problem === 'edited' ? log.query({ afterSeq: chain.firstBadSeq - 1, limit: 1 })[0] : undefined;
+    if (bad !== undefined && bad.seq === chain.firstBadSeq) {
+      const was = originalSeq(log, bad, 16);
+      if (was !== undefined && was !== bad.seq && hashesAs(bad, was)) chain = { ...chain, problem: 'reordered' };
+    }
+    return { ...chain, anchor: 'unchecked' };
+  }
+  if (read === undefined) return { ...chain, anchor: 'none' };
+  const removedAfter = (anchor: AnchorCheck): AuditVerifyResult => ({
+    ok: false,
+    entries: chain.entries,
+    firstBadSeq: chain.entries + 1,
+    problem: 'removed',
+    anchor,
+  });
+  if (read.status !== 'ok') return removedAfter(read.status);
+  const a = read.anchor;
+  if (a.seq > chain.entries) return removedAfter('ahead');
+  if ((a.seq === 0 ? GENESIS_HASH : atAnchor) !== a.hash) {
+    return { ok: false, entries: chain.entries, firstBadSeq: a.seq, problem: 'edited', anchor: 'mismatch' };
+  }
+  return { ...chain, anchor: a.seq === chain.entries ? 'matched' : 'behind' };
+}

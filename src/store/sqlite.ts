@@ -1,0 +1,308 @@
+import Database from 'better-sqlite3';
+import type BetterSqlite3 from 'better-sqlite3';
+import { AppError, ConfigError, NotFoundError } from '../core/errors.js';
+import type { SessionRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
+import { systemClock } from '../core/store.js';
+import type { Clock, SessionFilter, SessionRepo, SnapshotRepo, Store, TenantRepo } from '../core/store.js';
+import { SqliteAuditLog, anchorPathFor } from './audit.js';
+import { applyMigrations } from './migrations.js';
+import { translateSqliteError } from './sqlite-errors.js';
+
+/**
+ * The embedded Store: one SQLite file in WAL mode. Each record is stored as the columns it is filtered on
+ * plus a JSON `data` column holding the rest. Every statement is prepared once, when the store opens.
+ *
+ * Durability: synchronous=FULL, so a write is on disk (the WAL is fsynced) when its call returns, as the
+ * Store port promises. Note that NORMAL would already survive a SIGKILL of the server (a committed WAL
+ * frame is in the kernel's page cache); FULL is what survives a power loss or kernel crash.
+ */
+export interface SqliteStoreOptions {
+  /** Database file path (its directory must exist), or ':memory:' for a private database without an anchor. */
+  path: string;
+  /** Source of audit timestamps. Default: systemClock. */
+  clock?: Clock;
+}
+
+/** Milliseconds a writer waits for another connection's lock before failing with 'unavailable'. */
+const BUSY_TIMEOUT_MS = 5000;
+
+export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
+  if (typeof opts.path !== 'string' || opts.path === '') {
+    throw new ConfigError('store path must be a file path or ":memory:"', { details: { field: 'path' } });
+  }
+  const clock = opts.clock ?? systemClock;
+  let db: BetterSqlite3.Database;
+  try {
+    db = new Database(opts.path, { timeout: BUSY_TIMEOUT_MS });
+  } catch (e) {
+    throw new ConfigError(`cannot open database ${opts.path}`, { details: { path: opts.path }, cause: e });
+  }
+  try {
+    // Triggers and views in a file someone else may have written must not call application functions.
+    db.pragma('trusted_schema = OFF');
+    const mode = db.pragma('journal_mode = WAL', { simple: true });
+    if (opts.path !== ':memory:' && mode !== 'wal') {
+      throw new ConfigError(`database ${opts.path} cannot use WAL mode (got ${String(mode)})`, { details: { path: opts.path } });
+    }
+    db.pragma('synchronous = FULL');
+    const schema = applyMigrations(db);
+    return new SqliteStore({ db, path: opts.path, clock, schemaVersion: schema.to });
+  } catch (e) {
+    db.close();
+    if (e instanceof AppError) throw e;
+    throw new ConfigError(`cannot use database ${opts.path}`, { details: { path: opts.path }, cause: e });
+  }
+}
+
+function parseData(raw: string, table: string, id: string): Record<string, unknown> {
+  try {
+    return JSON.parse(raw) as Record<string, unknown>;
+  } catch (e) {
+    throw new AppError('internal', `stored ${table} record is unreadable`, { details: { table, id }, cause: e });
+  }
+}
+
+interface SessionRow {
+  id: string;
+  tenant_id: string;
+  state: string;
+  data: string;
+}
+
+type SessionData = Omit<SessionRecord, 'id' | 'tenantId' | 'state'>;
+
+function sessionFromRow(row: SessionRow): SessionRecord {
+  const rest = parseData(row.data, 'sessions', row.id) as unknown as SessionData;
+  return { id: row.id, tenantId: row.tenant_id, state: row.state as SessionRecord['state'], ...rest };
+}
+
+class SqliteSessionRepo implements SessionRepo {
+  readonly #insert: BetterSqlite3.Statement<[string, string, string, string]>;
+  readonly #put: BetterSqlite3.Statement<[{ id: string; tenantId: string; state: string; data: string }]>;
+  readonly #get: BetterSqlite3.Statement<[string], SessionRow>;
+  /** Keyed by which of tenantId (t) and states (s) the list filters on. */
+  readonly #list: Record<'' | 't' | 's' | 'ts', BetterSqlite3.Statement<[Record<string, unknown>], SessionRow>>;
+
+  constructor(db: BetterSqlite3.Database) {
+    this.#insert = db.prepare('INSERT INTO sessions (id, tenant_id, state, data) VALUES (?, ?, ?, ?)');
+    this.#put = db.prepare('UPDATE sessions SET tenant_id = @tenantId, state = @state, data = @data WHERE id = @id');
+    this.#get = db.prepare('SELECT id, tenant_id, state, data FROM sessions WHERE id = ?');
+    const q = (where: string) =>
+      db.prepare<[Record<string, unknown>], SessionRow>(`SELECT id, tenant_id, state, data FROM sessions ${where} ORDER BY rowid`);
+    const inStates = 'state IN (SELECT value FROM json_each(@states))';
+    this.#list = {
+      '': q(''),
+      t: q('WHERE tenant_id = @tenantId'),
+      s: q(`WHERE ${inStates}`),
+      ts: q(`WHERE tenant_id = @tenantId AND ${inStates}`),
+    };
+  }
+
+  static #encode(r: SessionRecord): [string, string, string, string] {
+    const { id, tenantId, state, ...rest } = r;
+    return [id, tenantId, state, JSON.stringify(rest)];
+  }
+
+  insert(r: SessionRecord): void {
+    try {
+      this.#insert.run(...SqliteSessionRepo.#encode(r));
+    } catch (e) {
+      translateSqliteError(e, { kind: 'session', id: r.id });
+    }
+  }
+
+  get(id: string): SessionRecord | undefined {
+    const row = this.#get.get(id);
+    return row && sessionFromRow(row);
+  }
+
+  list(filter: SessionFilter = {}): SessionRecord[] {
+    if (filter.states !== undefined && filter.states.length === 0) return [];
+    const key = `${filter.tenantId !== undefined ? 't' : ''}${filter.states !== undefined ? 's' : ''}` as '' | 't' | 's' | 'ts';
+    const params = { tenantId: filter.tenantId, states: JSON.stringify(filter.states ?? []) };
+    return this.#list[key].all(params).map(sessionFromRow);
+  }
+
+  put(r: SessionRecord): void {
+    let changes: number;
+    try {
+      const [id, tenantId, state, data] = SqliteSessionRepo.#encode(r);
+      changes = this.#put.run({ id, tenantId, state, data }).changes;
+    } catch (e) {
+      translateSqliteError(e, { kind: 'session', id: r.id });
+    }
+    if (changes === 0) throw new NotFoundError('session', r.id);
+  }
+}
+
+interface SnapshotRow {
+  id: string;
+  tenant_id: string;
+  session_id: string;
+  kind: string;
+  data: string;
+}
+
+type SnapshotData = Omit<SnapshotRecord, 'id' | 'tenantId' | 'sessionId' | 'kind'>;
+
+function snapshotFromRow(row: SnapshotRow): SnapshotRecord {
+  const rest = parseData(row.data, 'snapshots', row.id) as unknown as SnapshotData;
+  return { id: row.id, tenantId: row.tenant_id, sessionId: row.session_id, kind: row.kind as SnapshotRecord['kind'], ...rest };
+}
+
+class SqliteSnapshotRepo implements SnapshotRepo {
+  readonly #insert: BetterSqlite3.Statement<[string, string, string, string, string]>;
+  readonly #get: BetterSqlite3.Statement<[string], SnapshotRow>;
+  readonly #delete: BetterSqlite3.Statement<[string]>;
+  /** Keyed by which of tenantId (t) and sessionId (s) the list filters on. */
+  readonly #list: Record<'' | 't' | 's' | 'ts', BetterSqlite3.Statement<[Record<string, unknown>], SnapshotRow>>;
+
+  constructor(db: BetterSqlite3.Database) {
+    const cols = 'id, tenant_id, session_id, kind, data';
+    this.#insert = db.prepare(`INSERT INTO snapshots (${cols}) VALUES (?, ?, ?, ?, ?)`);
+    this.#get = db.prepare(`SELECT ${cols} FROM snapshots WHERE id = ?`);
+    this.#delete = db.prepare('DELETE FROM snapshots WHERE id = ?');
+    const q = (where: string) =>
+      db.prepare<[Record<string, unknown>], SnapshotRow>(`SELECT ${cols} FROM snapshots ${where} ORDER BY rowid`);
+    this.#list = {
+      '': q(''),
+      t: q('WHERE tenant_id = @tenantId'),
+      s: q('WHERE session_id = @sessionId'),
+      ts: q('WHERE tenant_id = @tenantId AND session_id = @sessionId'),
+    };
+  }
+
+  insert(r: SnapshotRecord): void {
+    const { id, tenantId, sessionId, kind, ...rest } = r;
+    try {
+      this.#insert.run(id, tenantId, sessionId, kind, JSON.stringify(rest));
+    } catch (e) {
+      translateSqliteError(e, { kind: 'snapshot', id });
+    }
+  }
+
+  get(id: string): SnapshotRecord | undefined {
+    const row = this.#get.get(id);
+    return row && snapshotFromRow(row);
+  }
+
+  list(filter: { tenantId?: string; sessionId?: string } = {}): SnapshotRecord[] {
+    const key = `${filter.tenantId !== undefined ? 't' : ''}${filter.sessionId !== undefined ? 's' : ''}` as '' | 't' | 's' | 'ts';
+    return this.#list[key].all({ tenantId: filter.tenantId, sessionId: filter.sessionId }).map(snapshotFromRow);
+  }
+
+  /** Idempotent: deleting an absent id does nothing (like SnapshotStore.delete). */
+  delete(id: string): void {
+    try {
+      this.#delete.run(id);
+    } catch (e) {
+      translateSqliteError(e, { kind: 'snapshot', id });
+    }
+  }
+}
+
+interface TenantRow {
+  id: string;
+  api_key_hash: string;
+  data: string;
+}
+
+function tenantFromRow(row: TenantRow): TenantRecord {
+  const rest = parseData(row.data, 'tenants', row.id) as unknown as Omit<TenantRecord, 'id' | 'apiKeyHash'>;
+  return { id: row.id, apiKeyHash: row.api_key_hash, ...rest };
+}
+
+class SqliteTenantRepo implements TenantRepo {
+  readonly #insert: BetterSqlite3.Statement<[string, string, string]>;
+  readonly #get: BetterSqlite3.Statement<[string], TenantRow>;
+  readonly #byKey: BetterSqlite3.Statement<[string], TenantRow>;
+  readonly #list: BetterSqlite3.Statement<[], TenantRow>;
+
+  constructor(db: BetterSqlite3.Database) {
+    this.#insert = db.prepare('INSERT INTO tenants (id, api_key_hash, data) VALUES (?, ?, ?)');
+    this.#get = db.prepare('SELECT id, api_key_hash, data FROM tenants WHERE id = ?');
+    this.#byKey = db.prepare('SELECT id, api_key_hash, data FROM tenants WHERE api_key_hash = ?');
+    this.#list = db.prepare('SELECT id, api_key_hash, data FROM tenants ORDER BY rowid');
+  }
+
+  /** A duplicate id or API key hash throws 'conflict'. */
+  insert(r: TenantRecord): void {
+    const { id, apiKeyHash, ...rest } = r;
+    try {
+      this.#insert.run(id, apiKeyHash, JSON.stringify(rest));
+    } catch (e) {
+      translateSqliteError(e, { kind: 'tenant', id });
+    }
+  }
+
+  get(id: string): TenantRecord | undefined {
+    const row = this.#get.get(id);
+    return row && tenantFromRow(row);
+  }
+
+  getByKeyHash(hash: string): TenantRecord | undefined {
+    const row = this.#byKey.get(hash);
+    return row && tenantFromRow(row);
+  }
+
+  list(): TenantRecord[] {
+    return this.#list.all().map(tenantFromRow);
+  }
+}
+
+interface SqliteStoreParts {
+  db: BetterSqlite3.Database;
+  path: string;
+  clock: Clock;
+  schemaVersion: number;
+}
+
+/** Built by openSqliteStore(), which configures and migrates the database first. */
+export class SqliteStore implements Store {
+  readonly path: string;
+  /** Schema version after migration (the length of MIGRATIONS). */
+  readonly schemaVersion: number;
+  readonly sessions: SessionRepo;
+  readonly snapshots: SnapshotRepo;
+  readonly tenants: TenantRepo;
+  readonly audit: SqliteAuditLog;
+  readonly #db: BetterSqlite3.Database;
+  readonly #tx: BetterSqlite3.Transaction<(fn: () => unknown) => unknown>;
+
+  constructor(parts: SqliteStoreParts) {
+    this.#db = parts.db;
+    this.path = parts.path;
+    this.schemaVersion = parts.schemaVersion;
+    this.sessions = new SqliteSessionRepo(parts.db);
+    this.snapshots = new SqliteSnapshotRepo(parts.db);
+    this.tenants = new SqliteTenantRepo(parts.db);
+    const anchorPath = anchorPathFor(parts.path);
+    this.audit = new SqliteAuditLog({ db: parts.db, clock: parts.clock, ...(anchorPath === undefined ? {} : { anchorPath }) });
+    this.#tx = parts.db.transaction((fn: () => unknown) => fn());
+  }
+
+  /**
+   * Runs fn in one IMMEDIATE transaction and returns its result; fn must be synchronous (a returned promise
+   * is refused and rolled back). A nested call runs as a SAVEPOINT inside the outer transaction: if it throws,
+   * only its own changes are undone, and the outer one decides whether everything commits. Audit entries
+   * appended inside move the head anchor after the COMMIT; if that write fails this throws 'unavailable' with
+   * details.committed = true, and the transaction has committed.
+   */
+  transaction<T>(fn: () => T): T {
+    if (this.#db.inTransaction) return this.#tx(fn) as T;
+    let result: T;
+    try {
+      result = this.#tx.immediate(fn) as T;
+    } catch (e) {
+      this.audit.afterRollback();
+      translateSqliteError(e, { kind: 'transaction' });
+    }
+    this.audit.afterCommit();
+    return result;
+  }
+
+  /** Idempotent. */
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+}
