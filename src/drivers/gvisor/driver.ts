@@ -1,0 +1,335 @@
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { constants as fsc, existsSync, openSync, closeSync } from 'node:fs';
+import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { Socket } from 'node:net';
+import { dirname, join } from 'node:path';
+import {
+  type CallOptions,
+  type CheckpointResult,
+  type DriverCapabilities,
+  type ExecHandle,
+  type ExecRequest,
+  type FileEntry,
+  type FileStat,
+  type SandboxDriver,
+  type SandboxSpec,
+  type SandboxStats,
+  NotFoundError,
+  SandboxError,
+  UnavailableError,
+  InvalidStateError,
+} from '../../core/index.js';
+import { AgentChannel } from '../agent/channel.js';
+import { freeze, readStats, thaw } from './cgroup.js';
+import { Runsc } from './runsc.js';
+import { ociSpec } from './spec.js';
+
+export interface GvisorDriverOptions {
+  /** Directory for runsc state, bundles and agent FIFOs. Required. */
+  stateDir: string;
+  /** The base root filesystem (see drivers/image/rootfs.ts). Required. */
+  rootfs: string;
+  /** Host path of the static berth-agent binary. Required. */
+  agentPath: string;
+  /** runsc binary. Default 'runsc'. */
+  runscPath?: string;
+  /** gVisor platform. Default 'ptrace' (kvm hangs on some hosts). */
+  platform?: string;
+  /** Deadline for the agent to answer after start or restore, ms. Default 15000. */
+  agentTimeoutMs?: number;
+  log?: (line: string) => void;
+}
+
+interface Live {
+  channel: AgentChannel;
+  /** True while the driver itself is stopping the sandbox, so its exit is not reported as a crash. */
+  stopping: boolean;
+}
+
+/** Written beside a checkpoint image: what a restore must reproduce exactly. */
+interface ImageManifest {
+  version: 1;
+  backend: 'gvisor';
+  rootfs: string;
+  agentDir: string;
+}
+
+/**
+ * SandboxDriver on gVisor. One runsc sandbox per session incarnation; the agent (PID 1 inside) is
+ * reached over two host FIFOs donated as its stdin/stdout, so a command costs one fork+exec inside the
+ * sandbox instead of a `runsc exec`. Pause freezes the sandbox's cgroup directly.
+ */
+export class GvisorDriver implements SandboxDriver {
+  readonly name = 'gvisor' as const;
+  readonly capabilities: DriverCapabilities = Object.freeze({
+    fork: true,
+    liveMemory: true,
+    snapshotWhileRunning: true,
+    isolation: 'user-space-kernel' as const,
+  });
+
+  private readonly runsc: Runsc;
+  private readonly live = new Map<string, Live>();
+  private readonly exitListeners: Array<(id: string, reason: string) => void> = [];
+  private readonly agentTimeoutMs: number;
+
+  constructor(private readonly opts: GvisorDriverOptions) {
+    this.runsc = new Runsc({
+      binary: opts.runscPath ?? 'runsc',
+      root: join(opts.stateDir, 'runsc'),
+      platform: opts.platform ?? 'ptrace',
+    });
+    this.agentTimeoutMs = opts.agentTimeoutMs ?? 15_000;
+  }
+
+  async probe(): Promise<void> {
+    const r = spawnSync(this.opts.runscPath ?? 'runsc', ['--version'], { encoding: 'utf8' });
+    if (r.error || r.status !== 0) {
+      throw new UnavailableError('runsc (gVisor) is not installed: run `apt-get install -y runsc` as root');
+    }
+    if (!existsSync('/sys/fs/cgroup/freezer')) throw new UnavailableError('the cgroup v1 freezer controller is not mounted');
+    if (!existsSync(this.opts.agentPath)) throw new UnavailableError(`berth-agent is not built at ${this.opts.agentPath}: run \`npm run build\``);
+    if (!existsSync(join(this.opts.rootfs, '.berth-complete'))) throw new UnavailableError(`base image missing at ${this.opts.rootfs}`);
+  }
+
+  private dir(sandboxId: string): string {
+    if (!/^[A-Za-z0-9_.-]+$/.test(sandboxId)) throw new SandboxError(`bad sandbox id ${sandboxId}`);
+    return join(this.opts.stateDir, 'sandboxes', sandboxId);
+  }
+
+  private channel(sandboxId: string): AgentChannel {
+    const l = this.live.get(sandboxId);
+    if (!l) throw new NotFoundError('sandbox', sandboxId, { retryable: true });
+    return l.channel;
+  }
+
+  // ---- lifecycle -------------------------------------------------------------------------------
+
+  async create(spec: SandboxSpec, opts: CallOptions = {}): Promise<void> {
+    await this.start(spec, { rootfs: this.opts.rootfs, agentDir: dirname(this.opts.agentPath) }, ['run', '--detach'], opts);
+  }
+
+  async restore(spec: SandboxSpec, imageDir: string, opts: CallOptions = {}): Promise<void> {
+    const manifest = await readManifest(imageDir);
+    await this.start(spec, { rootfs: manifest.rootfs, agentDir: manifest.agentDir }, ['restore', '--detach', `--image-path=${imageDir}`], opts);
+  }
+
+  /** Shared by create and restore: bundle, FIFOs, `runsc run|restore`, agent handshake, identity. */
+  private async start(spec: SandboxSpec, paths: { rootfs: string; agentDir: string }, verb: string[], opts: CallOptions): Promise<void> {
+    const dir = this.dir(spec.sandboxId);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(join(dir, 'bundle'), { recursive: true });
+    await writeFile(join(dir, 'bundle', 'config.json'), JSON.stringify(ociSpec(spec, paths)));
+    await writeFile(join(dir, 'paths.json'), JSON.stringify(paths));
+    await writeFile(join(dir, 'spec.json'), JSON.stringify(spec));
+    const fifoIn = join(dir, 'agent.in');
+    const fifoOut = join(dir, 'agent.out');
+    const mk = spawnSync('mkfifo', ['-m', '600', fifoIn, fifoOut]);
+    if (mk.status !== 0) throw new SandboxError(`mkfifo failed: ${mk.stderr?.toString()}`);
+    // The sandbox receives both FIFOs opened read-write: it then holds a reader and a writer of each
+    // itself, so the agent never sees EOF or EPIPE when the server goes away, and a restarted server can
+    // reopen the FIFOs and carry on (see adopt()).
+    const inRW = openSync(fifoIn, fsc.O_RDWR);
+    const outRW = openSync(fifoOut, fsc.O_RDWR);
+    const logPath = join(dir, 'sandbox.log');
+    const logFd = openSync(logPath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_APPEND, 0o600);
+    try {
+      await this.runsc.run([...verb, `--bundle=${join(dir, 'bundle')}`, spec.sandboxId], {
+        signal: opts.signal,
+        stdio: [inRW, outRW, logFd],
+        timeoutMs: 60_000,
+      });
+    } catch (e) {
+      closeSync(inRW);
+      closeSync(outRW);
+      const tail = (await readFile(logPath, 'utf8').catch(() => '')).trim().split('\n').slice(-3).join(' | ');
+      await this.destroy(spec.sandboxId).catch(() => undefined);
+      throw tail ? new SandboxError(`${(e as Error).message}: ${tail}`, { cause: e }) : e;
+    } finally {
+      closeSync(logFd);
+    }
+    try {
+      await this.attach(spec.sandboxId, opts);
+      closeSync(inRW);
+      closeSync(outRW);
+      await this.channel(spec.sandboxId).identity(spec.identity, randomBytes(64));
+    } catch (e) {
+      await this.destroy(spec.sandboxId).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /** Opens the host ends of the FIFOs and handshakes with the agent. */
+  private async attach(sandboxId: string, opts: CallOptions): Promise<void> {
+    const dir = this.dir(sandboxId);
+    const rd = openSync(join(dir, 'agent.out'), fsc.O_RDONLY | fsc.O_NONBLOCK);
+    const wr = openSync(join(dir, 'agent.in'), fsc.O_WRONLY | fsc.O_NONBLOCK);
+    const input = new Socket({ fd: rd, readable: true, writable: false });
+    const output = new Socket({ fd: wr, readable: false, writable: true });
+    let channel: AgentChannel;
+    try {
+      channel = await AgentChannel.connect({ input, output, signal: opts.signal, timeoutMs: this.agentTimeoutMs });
+    } catch (e) {
+      input.destroy();
+      output.destroy();
+      throw new SandboxError(`agent in sandbox ${sandboxId} did not answer: ${(e as Error).message}`, { cause: e });
+    }
+    const entry: Live = { channel, stopping: false };
+    this.live.set(sandboxId, entry);
+    channel.onClose(() => {
+      if (this.live.get(sandboxId) !== entry) return;
+      this.live.delete(sandboxId);
+      if (!entry.stopping) void this.reportExit(sandboxId);
+    });
+  }
+
+  private async reportExit(sandboxId: string): Promise<void> {
+    const st = await this.runsc.state(sandboxId).catch(() => undefined);
+    const reason = st ? `sandbox ${st.status}; agent channel closed` : 'sandbox exited';
+    for (const l of this.exitListeners) l(sandboxId, reason);
+  }
+
+  async adopt(spec: SandboxSpec, opts: CallOptions = {}): Promise<boolean> {
+    if (this.live.has(spec.sandboxId)) return true;
+    const st = await this.runsc.state(spec.sandboxId, opts);
+    if (!st || st.status !== 'running') return false;
+    if (!existsSync(join(this.dir(spec.sandboxId), 'agent.in'))) return false;
+    // A sandbox frozen when the server died stays frozen; the engine decides whether it is paused.
+    try {
+      await this.attach(spec.sandboxId, opts);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async list(opts: CallOptions = {}): Promise<string[]> {
+    const ids = new Set((await this.runsc.list(opts)).map((c) => c.id));
+    const dirs = await readdir(join(this.opts.stateDir, 'sandboxes')).catch(() => [] as string[]);
+    for (const d of dirs) ids.add(d);
+    return [...ids];
+  }
+
+  async pause(sandboxId: string): Promise<void> {
+    this.channel(sandboxId);
+    await freeze(sandboxId);
+  }
+
+  async resume(sandboxId: string): Promise<void> {
+    this.channel(sandboxId);
+    await thaw(sandboxId);
+  }
+
+  async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
+    const entry = this.live.get(sandboxId);
+    if (!entry) throw new NotFoundError('sandbox', sandboxId);
+    const paths = JSON.parse(await readFile(join(this.dir(sandboxId), 'paths.json'), 'utf8')) as { rootfs: string; agentDir: string };
+    // runsc cannot checkpoint a frozen sandbox: thaw first (a paused session stays paused in the record).
+    await thaw(sandboxId);
+    await entry.channel.quiesce(opts);
+    entry.stopping = true;
+    try {
+      await this.runsc.run(['checkpoint', `--image-path=${imageDir}`, sandboxId], {
+        signal: opts.signal,
+        timeoutMs: 300_000,
+      });
+    } catch (e) {
+      entry.stopping = false;
+      throw e;
+    }
+    const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...paths };
+    await writeFile(join(imageDir, 'berth-image.json'), JSON.stringify(manifest));
+    this.live.delete(sandboxId);
+    entry.channel.close();
+    if (opts.leaveRunning) {
+      // runsc's own --leave-running restores the sandbox with runsc's stdio, not the agent FIFOs, so
+      // the driver restores it itself, under the same id and identity: processes and memory carry on.
+      const spec = JSON.parse(await readFile(join(this.dir(sandboxId), 'spec.json'), 'utf8')) as SandboxSpec;
+      await this.destroy(sandboxId);
+      await this.start(spec, paths, ['restore', '--detach', `--image-path=${imageDir}`], opts);
+    } else {
+      // The stopped container is removed off the critical path; its id is never reused.
+      void this.destroy(sandboxId).catch((e) => this.opts.log?.(`cleanup of ${sandboxId} failed: ${(e as Error).message}`));
+    }
+    const file = await stat(join(imageDir, 'checkpoint.img')).catch(() => undefined);
+    return { bytes: file?.size ?? 0 };
+  }
+
+  async destroy(sandboxId: string): Promise<void> {
+    const entry = this.live.get(sandboxId);
+    if (entry) {
+      entry.stopping = true;
+      this.live.delete(sandboxId);
+      entry.channel.close();
+    }
+    await thaw(sandboxId).catch(() => undefined);
+    const st = await this.runsc.state(sandboxId).catch(() => undefined);
+    if (st) {
+      if (st.status === 'running' || st.status === 'created') {
+        await this.runsc.run(['kill', sandboxId, 'KILL'], { allowFail: true, timeoutMs: 30_000 });
+      }
+      await this.runsc.run(['delete', '--force', sandboxId], { allowFail: true, timeoutMs: 30_000 });
+    }
+    await rm(this.dir(sandboxId), { recursive: true, force: true });
+  }
+
+  async stats(sandboxId: string): Promise<SandboxStats> {
+    this.channel(sandboxId);
+    return readStats(sandboxId);
+  }
+
+  onExit(listener: (sandboxId: string, reason: string) => void): void {
+    this.exitListeners.push(listener);
+  }
+
+  async close(): Promise<void> {
+    for (const [, entry] of this.live) {
+      entry.stopping = true;
+      entry.channel.close();
+    }
+    this.live.clear();
+  }
+
+  // ---- commands and files: all through the agent -------------------------------------------------
+
+  async exec(sandboxId: string, req: ExecRequest, opts: CallOptions = {}): Promise<ExecHandle> {
+    if (req.argv.length === 0) throw new InvalidStateError('argv is empty');
+    return this.channel(sandboxId).exec(req, opts);
+  }
+  async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
+    const ch = this.channel(sandboxId);
+    // stat first so a missing file fails the call itself rather than the first chunk of a response.
+    await ch.stat(path, opts);
+    return ch.readFile(path, opts);
+  }
+  async writeFile(sandboxId: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
+    return this.channel(sandboxId).writeFile(path, data, opts);
+  }
+  async listFiles(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileEntry[]> {
+    return this.channel(sandboxId).list(path, opts);
+  }
+  async stat(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileStat> {
+    return this.channel(sandboxId).stat(path, opts);
+  }
+  async realpath(sandboxId: string, path: string, opts: CallOptions = {}): Promise<string> {
+    return this.channel(sandboxId).realpath(path, opts);
+  }
+  async mkdir(sandboxId: string, path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<void> {
+    return this.channel(sandboxId).mkdir(path, opts);
+  }
+  async remove(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
+    return this.channel(sandboxId).remove(path, opts);
+  }
+}
+
+async function readManifest(imageDir: string): Promise<ImageManifest> {
+  try {
+    const m = JSON.parse(await readFile(join(imageDir, 'berth-image.json'), 'utf8')) as ImageManifest;
+    if (m.backend !== 'gvisor') throw new InvalidStateError(`image in ${imageDir} was made by the ${m.backend} backend`);
+    return m;
+  } catch (e) {
+    if (e instanceof InvalidStateError) throw e;
+    throw new NotFoundError('checkpoint image', imageDir, { cause: e });
+  }
+}

@@ -1,0 +1,58 @@
+import type { SandboxSpec } from '../../core/index.js';
+import { cgroupPath } from './cgroup.js';
+
+/** Where the agent binary appears inside every sandbox (a read-only bind mount of the host's build). */
+export const AGENT_DIR_IN_SANDBOX = '/opt/berth/bin';
+
+// Docker's default set plus SYS_ADMIN, which sethostname needs when a fork branch takes its new
+// identity. These are capabilities inside gVisor's user-space kernel, not on the host.
+const CAPS = [
+  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FSETID', 'CAP_FOWNER', 'CAP_MKNOD', 'CAP_NET_RAW', 'CAP_SETGID',
+  'CAP_SETUID', 'CAP_SETFCAP', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_KILL',
+  'CAP_AUDIT_WRITE', 'CAP_SYS_ADMIN',
+];
+
+const CPU_PERIOD_US = 100_000;
+
+/** The OCI runtime spec (config.json) for one sandbox. */
+export function ociSpec(spec: SandboxSpec, paths: { rootfs: string; agentDir: string }): object {
+  const env = {
+    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    HOME: '/root',
+    LANG: 'C.UTF-8',
+    ...spec.env,
+  };
+  return {
+    ociVersion: '1.0.2',
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: [`${AGENT_DIR_IN_SANDBOX}/berth-agent`],
+      env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+      cwd: '/root',
+      capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS, inheritable: CAPS },
+      rlimits: [{ type: 'RLIMIT_NOFILE', hard: 1048576, soft: 1048576 }],
+      noNewPrivileges: false,
+    },
+    root: { path: paths.rootfs, readonly: false },
+    hostname: spec.identity.hostname,
+    mounts: [
+      { destination: '/proc', type: 'proc', source: 'proc' },
+      { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+      { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
+      { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+      { destination: '/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777'] },
+      { destination: AGENT_DIR_IN_SANDBOX, type: 'bind', source: paths.agentDir, options: ['rbind', 'ro'] },
+    ],
+    linux: {
+      namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }],
+      cgroupsPath: cgroupPath(spec.sandboxId),
+      resources: {
+        memory: { limit: spec.limits.memoryMb * 1024 * 1024 },
+        cpu: { quota: Math.round(spec.limits.cpus * CPU_PERIOD_US), period: CPU_PERIOD_US },
+        pids: { limit: 4096 },
+      },
+    },
+  };
+}

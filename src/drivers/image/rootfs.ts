@@ -1,0 +1,100 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { canonicalJson, sha256Hex, UnavailableError, SandboxError } from '../../core/index.js';
+import { withDirLock } from './lock.js';
+
+/**
+ * The base root filesystem every session starts from: a minimal Debian built with debootstrap from
+ * Debian's own packages. It is read-only to sessions (gVisor overlays their writes in memory; QEMU puts
+ * a qcow2 layer over a disk image made from it) and shared by all of them. It is rebuilt only when the
+ * recipe changes, because the directory name is the recipe's hash.
+ */
+export interface RootfsRecipe {
+  suite: string;
+  variant: string;
+  /** Extra Debian packages. */
+  include: readonly string[];
+  mirror: string;
+}
+
+export const DEFAULT_ROOTFS_RECIPE: RootfsRecipe = Object.freeze({
+  suite: 'bookworm',
+  variant: 'minbase',
+  include: Object.freeze(['python3-minimal', 'procps', 'ca-certificates']),
+  mirror: 'http://deb.debian.org/debian',
+});
+
+/** Bump when the post-processing below changes, so cached images are rebuilt. */
+const POSTPROCESS_VERSION = 2;
+
+export function rootfsKey(recipe: RootfsRecipe): string {
+  return sha256Hex(canonicalJson({ ...recipe, post: POSTPROCESS_VERSION })).slice(0, 16);
+}
+
+export interface EnsureRootfsOptions {
+  /** Directory holding cached images. */
+  cacheDir: string;
+  recipe?: RootfsRecipe;
+  /** Progress lines (default: none). */
+  log?: (line: string) => void;
+}
+
+/** Returns the path of the built root filesystem, building it first when missing. */
+export async function ensureRootfs(opts: EnsureRootfsOptions): Promise<string> {
+  const recipe = opts.recipe ?? DEFAULT_ROOTFS_RECIPE;
+  const key = rootfsKey(recipe);
+  const dir = join(opts.cacheDir, `rootfs-${key}`);
+  if (existsSync(join(dir, '.berth-complete'))) return dir;
+  await mkdir(opts.cacheDir, { recursive: true });
+  return withDirLock(join(opts.cacheDir, `rootfs-${key}.lock`), async () => {
+    if (existsSync(join(dir, '.berth-complete'))) return dir;
+    if (!existsSync('/usr/sbin/debootstrap')) {
+      throw new UnavailableError('debootstrap is not installed: run `apt-get install -y debootstrap` (as root)');
+    }
+    const tmp = `${dir}.tmp-${process.pid}`;
+    await rm(tmp, { recursive: true, force: true });
+    opts.log?.(`building base image (Debian ${recipe.suite} ${recipe.variant}) into ${dir}; this takes about a minute, once`);
+    const args = [`--variant=${recipe.variant}`, `--include=${recipe.include.join(',')}`, recipe.suite, tmp, recipe.mirror];
+    await run('/usr/sbin/debootstrap', args, opts.log);
+    await postprocess(tmp);
+    await rm(dir, { recursive: true, force: true });
+    await rename(tmp, dir);
+    opts.log?.('base image ready');
+    return dir;
+  });
+}
+
+/** What every session's root needs beyond a plain debootstrap. */
+async function postprocess(root: string): Promise<void> {
+  // Identity files are written per session by the agent; the image ships none of its own.
+  await writeFile(join(root, 'etc/machine-id'), '');
+  await writeFile(join(root, 'etc/hostname'), 'berth\n');
+  await writeFile(join(root, 'etc/hosts'), '127.0.0.1 localhost\n::1 localhost\n');
+  await mkdir(join(root, 'run/berth'), { recursive: true });
+  await mkdir(join(root, 'opt/berth/bin'), { recursive: true });
+  await rm(join(root, 'var/cache/apt/archives'), { recursive: true, force: true });
+  await mkdir(join(root, 'var/cache/apt/archives/partial'), { recursive: true });
+  await writeFile(join(root, '.berth-complete'), new Date().toISOString() + '\n');
+}
+
+function run(cmd: string, args: string[], log?: (l: string) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let tail = '';
+    const onData = (b: Buffer) => {
+      tail = (tail + b.toString()).slice(-4000);
+    };
+    p.stdout.on('data', onData);
+    p.stderr.on('data', onData);
+    p.on('error', (e) => reject(new SandboxError(`${cmd} failed to start: ${e.message}`, { cause: e })));
+    p.on('close', (code) => {
+      if (code === 0) resolve();
+      else {
+        log?.(tail);
+        reject(new SandboxError(`${cmd} ${args.join(' ')} exited with ${code}: ${tail.split('\n').slice(-5).join(' | ')}`));
+      }
+    });
+  });
+}
