@@ -1,0 +1,80 @@
+/**
+ * What the engine offers its callers (HTTP server, MCP adapter). The server turns a request into one of
+ * these calls; it never sees drivers or the store.
+ */
+import type {
+  BackendName,
+  CallOptions,
+  ExecHandle,
+  ExecRequest,
+  FileEntry,
+  FileStat,
+  Principal,
+  SessionRecord,
+  SnapshotRecord,
+  TenantRecord,
+  VerifyResult,
+  AuditEntry,
+} from '../core/index.js';
+
+export interface CreateSessionInput {
+  objective?: string;
+  memoryMb?: number;
+  cpus?: number;
+  idleTimeoutS?: number;
+  env?: Record<string, string>;
+  backend?: BackendName;
+  metadata?: Record<string, string>;
+  tenantId?: string;
+}
+
+export interface SessionListFilter {
+  states?: string[];
+}
+
+/** A session as the engine reports it: the record plus live figures folded into metering. */
+export type SessionInfo = SessionRecord;
+
+export interface Engine {
+  /** Resolves a bearer token to a principal; throws AppError('unauthenticated'). */
+  authenticate(token: string): Principal;
+
+  createTenant(p: Principal, name: string): { tenant: TenantRecord; apiKey: string };
+  listTenants(p: Principal): TenantRecord[];
+
+  createSession(p: Principal, input: CreateSessionInput, opts?: CallOptions): Promise<{ session: SessionInfo; agentToken: string }>;
+  listSessions(p: Principal, filter?: SessionListFilter): Promise<SessionInfo[]>;
+  getSession(p: Principal, id: string): Promise<SessionInfo>;
+  terminateSession(p: Principal, id: string, opts?: CallOptions): Promise<void>;
+
+  /** Starts a command; exec ids let stdin and kill find it later. */
+  exec(p: Principal, id: string, req: ExecRequest, opts?: CallOptions): Promise<{ execId: string; handle: ExecHandle }>;
+  /** The running exec by id, for stdin and kill routes. */
+  getExec(p: Principal, sessionId: string, execId: string): ExecHandle;
+
+  readFile(p: Principal, id: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>>;
+  writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts?: CallOptions & { mode?: number }): Promise<number>;
+  listFiles(p: Principal, id: string, path: string, opts?: CallOptions): Promise<FileEntry[]>;
+  statFile(p: Principal, id: string, path: string, opts?: CallOptions): Promise<FileStat>;
+  mkdir(p: Principal, id: string, path: string, opts?: CallOptions & { parents?: boolean }): Promise<void>;
+  removeFile(p: Principal, id: string, path: string, opts?: CallOptions & { recursive?: boolean }): Promise<void>;
+
+  pause(p: Principal, id: string, opts?: CallOptions): Promise<SessionInfo>;
+  resume(p: Principal, id: string, opts?: CallOptions): Promise<SessionInfo>;
+  hibernate(p: Principal, id: string, opts?: CallOptions): Promise<SessionInfo>;
+  wake(p: Principal, id: string, opts?: CallOptions): Promise<SessionInfo>;
+
+  snapshot(p: Principal, id: string, opts?: CallOptions & { name?: string }): Promise<SnapshotRecord>;
+  listSnapshots(p: Principal, filter?: { sessionId?: string }): Promise<SnapshotRecord[]>;
+  getSnapshot(p: Principal, snapshotId: string): Promise<SnapshotRecord>;
+  deleteSnapshot(p: Principal, snapshotId: string, opts?: CallOptions): Promise<void>;
+  fork(p: Principal, snapshotId: string, count: number, opts?: CallOptions): Promise<Array<{ session: SessionInfo; agentToken: string }>>;
+
+  auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): AuditEntry[];
+  auditVerify(p: Principal): VerifyResult;
+
+  /** Liveness for /healthz: which backends are usable. */
+  health(): { ok: boolean; backends: Record<string, { available: boolean; reason?: string }> };
+
+  close(): Promise<void>;
+}

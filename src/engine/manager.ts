@@ -1,0 +1,631 @@
+import { newId, sha256Hex } from '../core/index.js';
+import {
+  AppError,
+  InvalidArgumentError,
+  InvalidStateError,
+  NotFoundError,
+  SandboxError,
+  UnavailableError,
+  assertTransition,
+  throwIfAborted,
+  verifyChain,
+  type AuditEntry,
+  type AuditLog,
+  type BackendName,
+  type CallOptions,
+  type Clock,
+  type ExecHandle,
+  type ExecRequest,
+  type FileEntry,
+  type FileStat,
+  type Principal,
+  type SandboxDriver,
+  type SandboxIdentity,
+  type SandboxSpec,
+  type SessionRecord,
+  type SessionState,
+  type SnapshotRecord,
+  type SnapshotStore,
+  type Store,
+  type TenantRecord,
+  type VerifyResult,
+} from '../core/index.js';
+import type { CreateSessionInput, Engine, SessionInfo, SessionListFilter } from './api.js';
+import { authenticate, newAgentToken, newSecret } from './auth.js';
+import { KeyedMutex, mapLimit } from './lock.js';
+import { PendingMeter, countBytes, enterState, foldStats, liveMetering, meteredExec, type PendingCounts } from './metering.js';
+import { newSessionRecord, sandboxIdFor } from './records.js';
+import { DEFAULT_SESSION, LIMITS, resolveSettings, validateDefaults, type SessionDefaults } from './options.js';
+
+/** The tenant that root-created sessions belong to unless a tenant is named. */
+export const DEFAULT_TENANT_ID = 'ten_00000000000000000000';
+
+export interface SessionManagerOptions {
+  store: Store;
+  audit: AuditLog;
+  /** Verifies the audit chain (with whatever anchor the store keeps). Default: verifyChain over scan(). */
+  verifyAudit?: () => VerifyResult;
+  snapshots: SnapshotStore;
+  /** Backends available on this machine; a session naming a missing one is refused. */
+  drivers: Partial<Record<BackendName, SandboxDriver>>;
+  /** SHA-256 (hex) of the root operator token. */
+  rootKeyHash: string;
+  clock: Clock;
+  defaults?: Partial<SessionDefaults>;
+  /** Fork branches restored at once. Default 4. */
+  forkConcurrency?: number;
+  /** Why a configured backend is unavailable (shown by health()). */
+  unavailable?: Partial<Record<BackendName, string>>;
+  log?: (line: string) => void;
+}
+
+const SYSTEM: Principal = { kind: 'system', id: 'system', tenantId: null };
+/** Metering and activity are flushed at most this often; state changes are written at once. */
+const FLUSH_INTERVAL_MS = 1000;
+
+/**
+ * The engine: every operation follows lock → check state → audit → driver → transition → persist.
+ * It knows sandboxes only through the SandboxDriver port and records only through the Store port.
+ */
+export class SessionManager implements Engine {
+  private readonly mutex = new KeyedMutex();
+  private readonly execs = new Map<string, { sessionId: string; handle: ExecHandle }>();
+  /** Sessions with at least one exec streaming: not idle. */
+  private readonly activeExecs = new Map<string, number>();
+  private readonly meter = new PendingMeter();
+  private flushTimer: NodeJS.Timeout | undefined;
+  private readonly defaults: SessionDefaults;
+  private closed = false;
+
+  constructor(private readonly o: SessionManagerOptions) {
+    this.defaults = validateDefaults({ ...DEFAULT_SESSION, ...o.defaults });
+    for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason) => void this.onSandboxExit(sandboxId, reason));
+    if (!o.store.tenants.get(DEFAULT_TENANT_ID)) {
+      o.store.tenants.insert({ id: DEFAULT_TENANT_ID, name: 'default', apiKeyHash: sha256Hex(newSecret('btk')), createdAt: o.clock.now() });
+    }
+  }
+
+  // ---- principals ---------------------------------------------------------------------------------
+
+  authenticate(token: string): Principal {
+    return authenticate(this.o.store, this.o.rootKeyHash, token);
+  }
+
+  private requireOperator(p: Principal): void {
+    if (p.kind === 'agent') throw new AppError('forbidden', 'an agent token may only list and call its own session\'s tools');
+  }
+
+  private visible(p: Principal, tenantId: string): boolean {
+    return p.kind === 'root' || p.kind === 'system' || p.tenantId === tenantId;
+  }
+
+  createTenant(p: Principal, name: string): { tenant: TenantRecord; apiKey: string } {
+    if (p.kind !== 'root') throw new AppError('forbidden', 'only the root token may create tenants');
+    if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/.test(name)) {
+      throw new InvalidArgumentError('name: 1-63 characters of letters, digits, ".", "_" or "-"', { details: { field: 'name' } });
+    }
+    if (this.o.store.tenants.list().some((t) => t.name === name)) throw new AppError('conflict', `tenant ${name} already exists`, { details: { field: 'name' } });
+    const apiKey = newSecret('btk');
+    const tenant: TenantRecord = { id: newId('tenant'), name, apiKeyHash: sha256Hex(apiKey), createdAt: this.o.clock.now() };
+    this.o.store.tenants.insert(tenant);
+    this.audit(p, tenant.id, null, 'tenant.create', 'ok', { name });
+    return { tenant, apiKey };
+  }
+
+  listTenants(p: Principal): TenantRecord[] {
+    this.requireOperator(p);
+    return this.o.store.tenants.list().filter((t) => this.visible(p, t.id));
+  }
+
+  // ---- records ------------------------------------------------------------------------------------
+
+  /** The session as this principal may see it; another tenant's session is simply not found. */
+  private record(p: Principal, id: string): SessionRecord {
+    const r = this.o.store.sessions.get(id);
+    if (!r || !this.visible(p, r.tenantId) || (p.kind === 'agent' && p.id !== id)) throw new NotFoundError('session', id);
+    return r;
+  }
+
+  private save(r: SessionRecord): void {
+    this.o.store.sessions.put(r);
+  }
+
+  private bump(id: string, f: Partial<PendingCounts>): void {
+    this.meter.add(id, f, this.o.clock.now());
+    this.flushTimer ??= setTimeout(() => {
+      this.flushTimer = undefined;
+      this.flush();
+    }, FLUSH_INTERVAL_MS).unref();
+  }
+
+  flush(): void {
+    for (const id of this.meter.ids()) {
+      const r = this.o.store.sessions.get(id);
+      if (r) this.o.store.sessions.put(this.meter.apply(r));
+    }
+  }
+
+  private transition(r: SessionRecord, to: SessionState, patch: Partial<SessionRecord> = {}): void {
+    assertTransition(r.state, to);
+    const from = r.state;
+    this.meter.apply(r);
+    enterState(r, to, this.o.clock.now());
+    Object.assign(r, patch);
+    this.save(r);
+    this.audit(SYSTEM, r.tenantId, r.id, 'session.state', 'ok', { from, to, ...(patch.failureReason ? { reason: patch.failureReason } : {}) });
+  }
+
+  private audit(p: Principal, tenantId: string | null, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): AuditEntry {
+    return this.o.audit.append({ tenantId, sessionId, principal: p, action, outcome, data });
+  }
+
+  private driver(backend: BackendName): SandboxDriver {
+    const d = this.o.drivers[backend];
+    if (!d) throw new UnavailableError(`the ${backend} backend is not available on this server${this.o.unavailable?.[backend] ? `: ${this.o.unavailable[backend]}` : ''}`);
+    return d;
+  }
+
+  private spec(r: SessionRecord, sandboxId: string, identity: SandboxIdentity): SandboxSpec {
+    return { sandboxId, limits: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus }, env: r.settings.env, identity, network: 'none' };
+  }
+
+  private async info(r: SessionRecord): Promise<SessionInfo> {
+    const live = r.sandboxId && (r.state === 'running' || r.state === 'paused')
+      ? await this.driver(r.backend).stats(r.sandboxId).catch(() => undefined)
+      : undefined;
+    return liveMetering(this.meter.peek(r), live, this.o.clock.now());
+  }
+
+  // ---- create / list / terminate --------------------------------------------------------------------
+
+  async createSession(p: Principal, input: CreateSessionInput, opts: CallOptions = {}): Promise<{ session: SessionInfo; agentToken: string }> {
+    this.requireOperator(p);
+    const { settings, backend } = resolveSettings(input, this.defaults);
+    const tenantId = this.tenantFor(p, input.tenantId);
+    if (input.objective !== undefined && (typeof input.objective !== 'string' || input.objective.length > 4096)) {
+      throw new InvalidArgumentError('objective: a string of at most 4096 characters', { details: { field: 'objective' } });
+    }
+    const driver = this.driver(backend);
+    const id = newId('session');
+    const agentToken = newAgentToken(id);
+    const now = this.o.clock.now();
+    const r = newSessionRecord({ id, tenantId, backend, settings, objective: input.objective ?? null, metadata: input.metadata ?? {}, agentToken, reason: 'create', parentSnapshotId: null, now });
+    this.o.store.sessions.insert(r);
+    this.audit(p, tenantId, id, 'session.create', 'ok', { backend, settings: { ...settings, env: Object.keys(settings.env) }, objective: r.objective });
+    await this.mutex.run(id, async () => {
+      try {
+        await driver.create(this.spec(r, r.sandboxId as string, r.identity), opts);
+        this.transition(r, 'running');
+      } catch (e) {
+        await driver.destroy(r.sandboxId as string).catch(() => undefined);
+        this.transition(r, 'failed', { failureReason: `create failed: ${(e as Error).message}`, sandboxId: null });
+        throw e;
+      }
+    });
+    return { session: await this.info(r), agentToken };
+  }
+
+  private tenantFor(p: Principal, requested: string | undefined): string {
+    if (p.kind === 'root' || p.kind === 'system') {
+      if (requested === undefined) return DEFAULT_TENANT_ID;
+      if (!this.o.store.tenants.get(requested)) throw new NotFoundError('tenant', requested);
+      return requested;
+    }
+    if (requested !== undefined && requested !== p.tenantId) throw new NotFoundError('tenant', requested);
+    return p.tenantId as string;
+  }
+
+  async listSessions(p: Principal, filter: SessionListFilter = {}): Promise<SessionInfo[]> {
+    this.requireOperator(p);
+    const states = (filter.states?.length ? filter.states : ['creating', 'running', 'paused', 'hibernating', 'hibernated', 'waking', 'failed']) as SessionState[];
+    const rows = this.o.store.sessions.list({ states, ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}) });
+    return Promise.all(rows.map((r) => this.info(r)));
+  }
+
+  async getSession(p: Principal, id: string): Promise<SessionInfo> {
+    this.requireOperator(p);
+    return this.info(this.record(p, id));
+  }
+
+  async terminateSession(p: Principal, id: string, opts: CallOptions = {}): Promise<void> {
+    this.requireOperator(p);
+    this.record(p, id);
+    await this.mutex.run(id, async () => {
+      const r = this.record(p, id);
+      if (r.state === 'terminated') return;
+      this.audit(p, r.tenantId, id, 'session.terminate', 'ok', {});
+      for (const [execId, e] of this.execs) if (e.sessionId === id) this.execs.delete(execId);
+      if (r.sandboxId) {
+        const d = this.driver(r.backend);
+        foldStats(r, await d.stats(r.sandboxId).catch(() => undefined));
+        await d.destroy(r.sandboxId, opts);
+      }
+      // The session's own snapshots go with it, named or not, except named ones (kept for forking).
+      for (const s of this.o.store.snapshots.list({ sessionId: id })) {
+        if (s.kind === 'hibernation' || s.name === null) await this.removeSnapshot(s);
+      }
+      this.transition(r, 'terminated', { sandboxId: null, hibernationSnapshotId: null });
+    });
+  }
+
+  private async removeSnapshot(s: SnapshotRecord): Promise<void> {
+    await this.o.snapshots.delete(s.id);
+    this.o.store.snapshots.delete(s.id);
+  }
+
+  // ---- making sure a machine is there ----------------------------------------------------------------
+
+  /** The live sandbox of a session for a command or file call; wakes a hibernated session first. */
+  private async live(p: Principal, id: string, opts: CallOptions): Promise<{ r: SessionRecord; d: SandboxDriver; sandboxId: string }> {
+    this.requireOperator(p);
+    let r = this.record(p, id);
+    if (r.state === 'hibernated' || r.state === 'hibernating' || r.state === 'waking') {
+      await this.wake(p, id, opts);
+      r = this.record(p, id);
+    }
+    if (r.state === 'paused') throw new InvalidStateError(`session ${id} is paused; resume it first`, { details: { state: r.state } });
+    if (r.state !== 'running' || !r.sandboxId) {
+      throw new InvalidStateError(`session ${id} is ${r.state}${r.failureReason ? ` (${r.failureReason})` : ''}`, { details: { state: r.state } });
+    }
+    this.bump(id, {});
+    return { r, d: this.driver(r.backend), sandboxId: r.sandboxId };
+  }
+
+  // ---- commands --------------------------------------------------------------------------------------
+
+  async exec(p: Principal, id: string, req: ExecRequest, opts: CallOptions = {}): Promise<{ execId: string; handle: ExecHandle }> {
+    const { r, d, sandboxId } = await this.live(p, id, opts);
+    const execId = newId('exec');
+    this.audit(p, r.tenantId, id, 'session.exec', 'ok', { execId, argv: req.argv, cwd: req.cwd ?? null, timeoutMs: req.timeoutMs ?? null });
+    const raw = await d.exec(sandboxId, req, opts);
+    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
+    const handle = meteredExec(raw, {
+      in: (n) => this.bump(id, { bytesIn: n }),
+      out: (n) => this.bump(id, { bytesOut: n }),
+      end: () => {
+        this.execs.delete(execId);
+        const left = (this.activeExecs.get(id) ?? 1) - 1;
+        if (left > 0) this.activeExecs.set(id, left);
+        else this.activeExecs.delete(id);
+        this.bump(id, {});
+      },
+    });
+    this.bump(id, { execCount: 1 });
+    this.execs.set(execId, { sessionId: id, handle });
+    return { execId, handle };
+  }
+
+  getExec(p: Principal, sessionId: string, execId: string): ExecHandle {
+    this.requireOperator(p);
+    this.record(p, sessionId);
+    const e = this.execs.get(execId);
+    if (!e || e.sessionId !== sessionId) throw new NotFoundError('exec', execId);
+    return e.handle;
+  }
+
+  // ---- files -----------------------------------------------------------------------------------------
+
+  async readFile(p: Principal, id: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
+    const { d, sandboxId } = await this.live(p, id, opts);
+    const src = await d.readFile(sandboxId, checkPath(path), opts);
+    return countBytes(src, (n) => this.bump(id, { bytesOut: n }));
+  }
+
+  async writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
+    const { r, d, sandboxId } = await this.live(p, id, opts);
+    const n = await d.writeFile(sandboxId, checkPath(path), countBytes(data, (k) => this.bump(id, { bytesIn: k })), opts);
+    this.audit(p, r.tenantId, id, 'session.files.write', 'ok', { path, bytes: n });
+    return n;
+  }
+
+  async listFiles(p: Principal, id: string, path: string, opts: CallOptions = {}): Promise<FileEntry[]> {
+    const { d, sandboxId } = await this.live(p, id, opts);
+    return d.listFiles(sandboxId, checkPath(path), opts);
+  }
+
+  async statFile(p: Principal, id: string, path: string, opts: CallOptions = {}): Promise<FileStat> {
+    const { d, sandboxId } = await this.live(p, id, opts);
+    return d.stat(sandboxId, checkPath(path), opts);
+  }
+
+  async mkdir(p: Principal, id: string, path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<void> {
+    const { r, d, sandboxId } = await this.live(p, id, opts);
+    await d.mkdir(sandboxId, checkPath(path), opts);
+    this.audit(p, r.tenantId, id, 'session.files.mkdir', 'ok', { path });
+  }
+
+  async removeFile(p: Principal, id: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
+    const { r, d, sandboxId } = await this.live(p, id, opts);
+    await d.remove(sandboxId, checkPath(path), opts);
+    this.audit(p, r.tenantId, id, 'session.files.remove', 'ok', { path, recursive: !!opts.recursive });
+  }
+
+  // ---- pause / resume / hibernate / wake -------------------------------------------------------------
+
+  async pause(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
+    return this.lifecycle(p, id, 'session.pause', async (r) => {
+      assertTransition(r.state, 'paused');
+      await this.driver(r.backend).pause(r.sandboxId as string, opts);
+      this.transition(r, 'paused');
+    });
+  }
+
+  async resume(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
+    return this.lifecycle(p, id, 'session.resume', async (r) => {
+      if (r.state !== 'paused') throw new InvalidStateError(`session ${id} is ${r.state}, not paused`, { details: { state: r.state } });
+      await this.driver(r.backend).resume(r.sandboxId as string, opts);
+      this.transition(r, 'running');
+    });
+  }
+
+  async hibernate(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
+    return this.lifecycle(p, id, 'session.hibernate', (r) => this.hibernateLocked(r, opts));
+  }
+
+  private async hibernateLocked(r: SessionRecord, opts: CallOptions): Promise<void> {
+    assertTransition(r.state, 'hibernating');
+    const d = this.driver(r.backend);
+    const sandboxId = r.sandboxId as string;
+    const snapshotId = newId('snapshot');
+    const dir = await this.o.snapshots.create(snapshotId);
+    const stats = await d.stats(sandboxId).catch(() => undefined);
+    this.transition(r, 'hibernating', { hibernationSnapshotId: snapshotId });
+    try {
+      await d.checkpoint(sandboxId, dir, opts);
+    } catch (e) {
+      await this.o.snapshots.delete(snapshotId);
+      const alive = await d.adopt(this.spec(r, sandboxId, r.identity)).catch(() => false);
+      if (alive) this.transition(r, 'running', { hibernationSnapshotId: null });
+      else this.transition(r, 'failed', { failureReason: `hibernate failed: ${(e as Error).message}`, sandboxId: null });
+      throw e;
+    }
+    foldStats(r, stats);
+    this.o.store.snapshots.insert({
+      id: snapshotId,
+      tenantId: r.tenantId,
+      sessionId: r.id,
+      kind: 'hibernation',
+      name: null,
+      backend: r.backend,
+      settings: r.settings,
+      sizeBytes: await this.o.snapshots.sizeBytes(snapshotId),
+      createdAt: this.o.clock.now(),
+    });
+    this.transition(r, 'hibernated', { sandboxId: null });
+  }
+
+  async wake(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
+    return this.lifecycle(p, id, 'session.wake', async (r) => {
+      if (r.state === 'running') return; // a transparent wake raced with another: nothing to do
+      await this.wakeLocked(r, opts);
+    });
+  }
+
+  private async wakeLocked(r: SessionRecord, opts: CallOptions): Promise<void> {
+    if (r.state !== 'hibernated' || !r.hibernationSnapshotId) {
+      throw new InvalidStateError(`session ${r.id} is ${r.state}, not hibernated`, { details: { state: r.state } });
+    }
+    const d = this.driver(r.backend);
+    const snap = r.hibernationSnapshotId;
+    const sandboxId = sandboxIdFor(r.id, r.identity.generation + 1);
+    const identity: SandboxIdentity = { ...r.identity, generation: r.identity.generation + 1, reason: 'wake' };
+    this.transition(r, 'waking', { sandboxId });
+    try {
+      await d.restore(this.spec(r, sandboxId, identity), this.o.snapshots.dir(snap), opts);
+    } catch (e) {
+      await d.destroy(sandboxId).catch(() => undefined);
+      this.transition(r, 'hibernated', { sandboxId: null });
+      throw e;
+    }
+    this.transition(r, 'running', { identity, hibernationSnapshotId: null, lastActivityAt: this.o.clock.now() });
+    const rec = this.o.store.snapshots.get(snap);
+    if (rec) await this.removeSnapshot(rec);
+  }
+
+  /** Runs a lifecycle step under the session lock, audited, and returns the fresh view. */
+  private async lifecycle(p: Principal, id: string, action: string, fn: (r: SessionRecord) => Promise<void>): Promise<SessionInfo> {
+    this.requireOperator(p);
+    this.record(p, id);
+    return this.mutex.run(id, async () => {
+      const r = this.record(p, id);
+      try {
+        await fn(r);
+        this.audit(p, r.tenantId, id, action, 'ok', {});
+      } catch (e) {
+        this.audit(p, r.tenantId, id, action, 'error', { code: (e as AppError).code ?? 'internal', message: (e as Error).message });
+        throw e;
+      }
+      return this.info(r);
+    });
+  }
+
+  // ---- snapshots and fork ---------------------------------------------------------------------------
+
+  async snapshot(p: Principal, id: string, opts: CallOptions & { name?: string } = {}): Promise<SnapshotRecord> {
+    this.requireOperator(p);
+    if (opts.name !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(opts.name)) {
+      throw new InvalidArgumentError('name: 1-128 characters of letters, digits, ".", "_" or "-"', { details: { field: 'name' } });
+    }
+    let out!: SnapshotRecord;
+    await this.lifecycle(p, id, 'session.snapshot', async (r) => {
+      if (r.state === 'hibernated') await this.wakeLocked(r, opts);
+      if (r.state !== 'running' && r.state !== 'paused') throw new InvalidStateError(`session ${id} is ${r.state}`, { details: { state: r.state } });
+      const d = this.driver(r.backend);
+      const snapshotId = newId('snapshot');
+      const dir = await this.o.snapshots.create(snapshotId);
+      try {
+        await d.checkpoint(r.sandboxId as string, dir, { ...opts, leaveRunning: true });
+        if (r.state === 'paused') await d.pause(r.sandboxId as string);
+      } catch (e) {
+        await this.o.snapshots.delete(snapshotId);
+        throw e;
+      }
+      out = {
+        id: snapshotId,
+        tenantId: r.tenantId,
+        sessionId: r.id,
+        kind: 'named',
+        name: opts.name ?? null,
+        backend: r.backend,
+        settings: r.settings,
+        sizeBytes: await this.o.snapshots.sizeBytes(snapshotId),
+        createdAt: this.o.clock.now(),
+      };
+      this.o.store.snapshots.insert(out);
+    });
+    return out;
+  }
+
+  private snapshotRecord(p: Principal, snapshotId: string): SnapshotRecord {
+    const s = this.o.store.snapshots.get(snapshotId);
+    if (!s || s.kind !== 'named' || !this.visible(p, s.tenantId)) throw new NotFoundError('snapshot', snapshotId);
+    return s;
+  }
+
+  async listSnapshots(p: Principal, filter: { sessionId?: string } = {}): Promise<SnapshotRecord[]> {
+    this.requireOperator(p);
+    return this.o.store.snapshots
+      .list({ ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}), ...(filter.sessionId ? { sessionId: filter.sessionId } : {}) })
+      .filter((s) => s.kind === 'named');
+  }
+
+  async getSnapshot(p: Principal, snapshotId: string): Promise<SnapshotRecord> {
+    this.requireOperator(p);
+    return this.snapshotRecord(p, snapshotId);
+  }
+
+  async deleteSnapshot(p: Principal, snapshotId: string): Promise<void> {
+    this.requireOperator(p);
+    const s = this.snapshotRecord(p, snapshotId);
+    await this.removeSnapshot(s);
+    this.audit(p, s.tenantId, s.sessionId, 'snapshot.delete', 'ok', { snapshotId });
+  }
+
+  async fork(p: Principal, snapshotId: string, count: number, opts: CallOptions = {}): Promise<Array<{ session: SessionInfo; agentToken: string }>> {
+    this.requireOperator(p);
+    if (!Number.isInteger(count) || count < LIMITS.forkCount.min || count > LIMITS.forkCount.max) {
+      throw new InvalidArgumentError(`count: must be an integer between ${LIMITS.forkCount.min} and ${LIMITS.forkCount.max}`, { details: { field: 'count' } });
+    }
+    const snap = this.snapshotRecord(p, snapshotId);
+    const d = this.driver(snap.backend);
+    if (!d.capabilities.fork) throw new UnavailableError(`the ${snap.backend} backend cannot fork`);
+    const dir = this.o.snapshots.dir(snap.id);
+    const now = this.o.clock.now();
+    const branches = Array.from({ length: count }, () => {
+      const id = newId('session');
+      const agentToken = newAgentToken(id);
+      const r = newSessionRecord({
+        id, tenantId: snap.tenantId, backend: snap.backend, settings: snap.settings, objective: this.o.store.sessions.get(snap.sessionId)?.objective ?? null,
+        metadata: {}, agentToken, reason: 'fork', parentSnapshotId: snap.id, now,
+      });
+      this.o.store.sessions.insert(r);
+      return { r, agentToken };
+    });
+    this.audit(p, snap.tenantId, snap.sessionId, 'snapshot.fork', 'ok', { snapshotId, sessions: branches.map((b) => b.r.id) });
+    const results = await mapLimit(branches, this.o.forkConcurrency ?? 4, async ({ r }) => {
+      throwIfAborted(opts.signal);
+      await d.restore(this.spec(r, r.sandboxId as string, r.identity), dir, opts);
+      this.transition(r, 'running');
+    });
+    const failed = results.findIndex((x) => x.status === 'rejected');
+    if (failed >= 0) {
+      // All or nothing: a half-made fork would leave the caller with branches it did not ask for.
+      for (const { r } of branches) {
+        if (r.sandboxId) await d.destroy(r.sandboxId).catch(() => undefined);
+        if (r.state === 'creating') this.transition(r, 'failed', { failureReason: 'fork failed', sandboxId: null });
+        this.transition(r, 'terminated', { sandboxId: null });
+      }
+      throw (results[failed] as PromiseRejectedResult).reason;
+    }
+    return Promise.all(branches.map(async ({ r, agentToken }) => ({ session: await this.info(r), agentToken })));
+  }
+
+  // ---- audit and health -----------------------------------------------------------------------------
+
+  auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): AuditEntry[] {
+    this.requireOperator(p);
+    if (q.sessionId) this.record(p, q.sessionId);
+    return this.o.audit.query({ ...q, ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}) });
+  }
+
+  auditVerify(p: Principal): VerifyResult {
+    if (p.kind !== 'root') throw new AppError('forbidden', 'only the root token may verify the whole audit chain');
+    return this.o.verifyAudit ? this.o.verifyAudit() : verifyChain(this.o.audit.scan());
+  }
+
+  health(): { ok: boolean; backends: Record<string, { available: boolean; reason?: string }> } {
+    const backends: Record<string, { available: boolean; reason?: string }> = {};
+    for (const b of ['gvisor', 'qemu'] as const) {
+      backends[b] = this.o.drivers[b] ? { available: true } : { available: false, reason: this.o.unavailable?.[b] ?? 'not configured' };
+    }
+    return { ok: !this.closed, backends };
+  }
+
+  // ---- background duties ------------------------------------------------------------------------------
+
+  /** Hibernates sessions idle past their idleTimeoutS. Called by a timer; tests call it with a fake clock. */
+  async sweepIdle(): Promise<string[]> {
+    const now = this.o.clock.now();
+    const done: string[] = [];
+    for (const r0 of this.o.store.sessions.list({ states: ['running'] })) {
+      const r = this.meter.peek(r0);
+      if (r.settings.idleTimeoutS <= 0 || this.activeExecs.has(r.id)) continue;
+      if (now - r.lastActivityAt < r.settings.idleTimeoutS * 1000) continue;
+      try {
+        await this.lifecycle(SYSTEM, r.id, 'session.idle_hibernate', async (cur) => {
+          if (cur.state === 'running') await this.hibernateLocked(cur, {});
+        });
+        done.push(r.id);
+      } catch (e) {
+        this.o.log?.(`idle hibernate of ${r.id} failed: ${(e as Error).message}`);
+      }
+    }
+    return done;
+  }
+
+  private async onSandboxExit(sandboxId: string, reason: string): Promise<void> {
+    const r = this.o.store.sessions.list({ states: ['running', 'paused'] }).find((s) => s.sandboxId === sandboxId);
+    if (!r) return;
+    await this.mutex.run(r.id, async () => {
+      const cur = this.o.store.sessions.get(r.id);
+      if (!cur || cur.sandboxId !== sandboxId || (cur.state !== 'running' && cur.state !== 'paused')) return;
+      await this.driver(cur.backend).destroy(sandboxId).catch(() => undefined);
+      this.transition(cur, 'failed', { failureReason: reason, sandboxId: null });
+    });
+  }
+
+  /** The principal used by recovery and timers. */
+  get systemPrincipal(): Principal {
+    return SYSTEM;
+  }
+
+  /** For recovery (engine/recovery.ts): a lock-held step on one record. */
+  async withRecord(id: string, fn: (r: SessionRecord, tools: { transition: (to: SessionState, patch?: Partial<SessionRecord>) => void; spec: (sandboxId: string) => SandboxSpec; driver: SandboxDriver | undefined }) => Promise<void>): Promise<void> {
+    await this.mutex.run(id, async () => {
+      const r = this.o.store.sessions.get(id);
+      if (!r) return;
+      await fn(r, {
+        transition: (to, patch) => this.transition(r, to, patch),
+        spec: (sandboxId) => this.spec(r, sandboxId, r.identity),
+        driver: this.o.drivers[r.backend],
+      });
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    this.flush();
+    for (const d of Object.values(this.o.drivers)) await d?.close();
+  }
+}
+
+function checkPath(path: string): string {
+  if (typeof path !== 'string' || !path.startsWith('/') || path.includes('\0') || path.length > 4096) {
+    throw new InvalidArgumentError('path: must be an absolute path', { details: { field: 'path' } });
+  }
+  return path;
+}
+
+export { SandboxError };

@@ -1,0 +1,111 @@
+import type { ExecEvent, ExecExit, ExecHandle, SandboxStats, SessionRecord, SessionState } from '../core/index.js';
+
+/** Closes the interval spent in the current state and moves the record to `to`. */
+export function enterState(r: SessionRecord, to: SessionState, now: number): void {
+  const spent = Math.max(0, now - r.stateSince) / 1000;
+  r.metering.stateSeconds[r.state] = (r.metering.stateSeconds[r.state] ?? 0) + spent;
+  r.state = to;
+  r.stateSince = now;
+  r.updatedAt = now;
+}
+
+/** Folds a sandbox incarnation's final figures into the record (at hibernate, terminate, failure). */
+export function foldStats(r: SessionRecord, s: SandboxStats | undefined): void {
+  if (!s) return;
+  r.metering.cpuSeconds += s.cpuSeconds;
+  r.metering.peakMemoryBytes = Math.max(r.metering.peakMemoryBytes, s.peakMemoryBytes);
+}
+
+/** A view of the record with the live incarnation's figures and the current state's time added. */
+export function liveMetering(r: SessionRecord, live: SandboxStats | undefined, now: number): SessionRecord {
+  const m = structuredClone(r.metering);
+  if (live) {
+    m.cpuSeconds += live.cpuSeconds;
+    m.peakMemoryBytes = Math.max(m.peakMemoryBytes, live.peakMemoryBytes);
+  }
+  m.stateSeconds[r.state] = (m.stateSeconds[r.state] ?? 0) + Math.max(0, now - r.stateSince) / 1000;
+  return { ...r, metering: m };
+}
+
+/** Wraps an ExecHandle so that the bytes it moves are counted. */
+export function meteredExec(h: ExecHandle, count: { in: (n: number) => void; out: (n: number) => void; end: (e: ExecExit | undefined) => void }): ExecHandle {
+  let ended = false;
+  const finish = (e: ExecExit | undefined) => {
+    if (!ended) {
+      ended = true;
+      count.end(e);
+    }
+  };
+  void h.wait().then(finish, () => finish(undefined));
+  return {
+    async *[Symbol.asyncIterator](): AsyncIterator<ExecEvent> {
+      for await (const ev of h) {
+        if (ev.type !== 'exit') count.out(ev.data.byteLength);
+        yield ev;
+      }
+    },
+    writeStdin: async (d) => {
+      count.in(d.byteLength);
+      await h.writeStdin(d);
+    },
+    closeStdin: () => h.closeStdin(),
+    kill: (sig) => h.kill(sig),
+    wait: () => h.wait(),
+  };
+}
+
+/** Counts the bytes of a stream as they pass. */
+export async function* countBytes(src: AsyncIterable<Uint8Array>, add: (n: number) => void): AsyncIterable<Uint8Array> {
+  for await (const chunk of src) {
+    add(chunk.byteLength);
+    yield chunk;
+  }
+}
+
+export interface PendingCounts {
+  execCount: number;
+  bytesIn: number;
+  bytesOut: number;
+}
+
+/**
+ * Counters and activity times gathered in memory between flushes, so the exec and file hot paths do not
+ * write to disk. State changes still write at once; a crash loses at most one flush interval of counts.
+ */
+export class PendingMeter {
+  private readonly m = new Map<string, PendingCounts & { lastActivityAt: number }>();
+
+  add(id: string, f: Partial<PendingCounts>, now: number): void {
+    const cur = this.m.get(id) ?? { execCount: 0, bytesIn: 0, bytesOut: 0, lastActivityAt: 0 };
+    cur.execCount += f.execCount ?? 0;
+    cur.bytesIn += f.bytesIn ?? 0;
+    cur.bytesOut += f.bytesOut ?? 0;
+    cur.lastActivityAt = now;
+    this.m.set(id, cur);
+  }
+
+  ids(): string[] {
+    return [...this.m.keys()];
+  }
+
+  /** Folds pending counts into the record (mutating it) and forgets them. */
+  apply(r: SessionRecord): SessionRecord {
+    const p = this.m.get(r.id);
+    if (p) {
+      r.metering.execCount += p.execCount;
+      r.metering.bytesIn += p.bytesIn;
+      r.metering.bytesOut += p.bytesOut;
+      r.lastActivityAt = Math.max(r.lastActivityAt, p.lastActivityAt);
+      this.m.delete(r.id);
+    }
+    return r;
+  }
+
+  /** The record as it will be after the next flush, without consuming anything. */
+  peek(r: SessionRecord): SessionRecord {
+    const p = this.m.get(r.id);
+    if (!p) return r;
+    const metering = { ...r.metering, execCount: r.metering.execCount + p.execCount, bytesIn: r.metering.bytesIn + p.bytesIn, bytesOut: r.metering.bytesOut + p.bytesOut };
+    return { ...r, metering, lastActivityAt: Math.max(r.lastActivityAt, p.lastActivityAt) };
+  }
+}

@@ -1,0 +1,62 @@
+import { availableParallelism } from 'node:os';
+import { ConfigError, InvalidArgumentError, type BackendName, type SessionSettings } from '../core/index.js';
+import type { CreateSessionInput } from './api.js';
+
+/** Defaults for new sessions. Every value documents its unit. */
+export interface SessionDefaults {
+  /** MiB. Default 512. */
+  memoryMb: number;
+  /** cores. Default 1. */
+  cpus: number;
+  /** seconds; 0 = never hibernate by itself. Default 0. */
+  idleTimeoutS: number;
+  backend: BackendName;
+}
+
+export const DEFAULT_SESSION: Readonly<SessionDefaults> = Object.freeze({ memoryMb: 512, cpus: 1, idleTimeoutS: 0, backend: 'gvisor' });
+
+export const LIMITS = Object.freeze({
+  memoryMb: { min: 64, max: 16384 },
+  cpus: { min: 0.1, max: Math.max(1, availableParallelism()) },
+  idleTimeoutS: { min: 0, max: 604_800 },
+  forkCount: { min: 1, max: 64 },
+  envEntries: 128,
+});
+
+function num(field: string, v: unknown, lo: number, hi: number, integer: boolean): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || (integer && !Number.isInteger(v))) {
+    throw new InvalidArgumentError(`${field}: must be ${integer ? 'an integer' : 'a number'}`, { details: { field } });
+  }
+  if (v < lo || v > hi) throw new InvalidArgumentError(`${field}: must be between ${lo} and ${hi}`, { details: { field, min: lo, max: hi } });
+  return v;
+}
+
+/** Resolves a create request against the defaults; throws on anything out of range (never corrects). */
+export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): { settings: SessionSettings; backend: BackendName } {
+  const env = input.env ?? {};
+  if (Object.keys(env).length > LIMITS.envEntries) throw new InvalidArgumentError(`env: at most ${LIMITS.envEntries} entries`, { details: { field: 'env' } });
+  for (const [k, v] of Object.entries(env)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new InvalidArgumentError(`env: invalid variable name ${JSON.stringify(k)}`, { details: { field: `env.${k}` } });
+    if (typeof v !== 'string') throw new InvalidArgumentError(`env.${k}: must be a string`, { details: { field: `env.${k}` } });
+  }
+  const backend = input.backend ?? d.backend;
+  if (backend !== 'gvisor' && backend !== 'qemu') throw new InvalidArgumentError('backend: must be "gvisor" or "qemu"', { details: { field: 'backend' } });
+  return {
+    backend,
+    settings: {
+      memoryMb: num('memoryMb', input.memoryMb ?? d.memoryMb, LIMITS.memoryMb.min, LIMITS.memoryMb.max, true),
+      cpus: num('cpus', input.cpus ?? d.cpus, LIMITS.cpus.min, LIMITS.cpus.max, false),
+      idleTimeoutS: num('idleTimeoutS', input.idleTimeoutS ?? d.idleTimeoutS, LIMITS.idleTimeoutS.min, LIMITS.idleTimeoutS.max, true),
+      env: { ...env },
+    },
+  };
+}
+
+export function validateDefaults(d: SessionDefaults): SessionDefaults {
+  try {
+    resolveSettings({}, d);
+  } catch (e) {
+    throw new ConfigError(`invalid session defaults: ${(e as Error).message}`);
+  }
+  return Object.freeze({ ...d });
+}

@@ -1,0 +1,120 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { BackendName, SandboxDriver, SnapshotStore, Store } from '../core/index.js';
+import type { SessionManager } from './manager.js';
+
+export interface RecoveryReport {
+  adopted: string[];
+  failed: string[];
+  orphansRemoved: string[];
+  snapshotDirsRemoved: string[];
+}
+
+/**
+ * Brings records and machines back into agreement after the server stopped, however it stopped
+ * (SIGKILL included): live sessions are re-adopted, interrupted transitions are finished or rolled back,
+ * and sandboxes or images no record owns are removed.
+ */
+export async function recover(deps: {
+  manager: SessionManager;
+  store: Store;
+  snapshots: SnapshotStore;
+  drivers: Partial<Record<BackendName, SandboxDriver>>;
+  log?: (l: string) => void;
+}): Promise<RecoveryReport> {
+  const { manager, store } = deps;
+  const report: RecoveryReport = { adopted: [], failed: [], orphansRemoved: [], snapshotDirsRemoved: [] };
+  const open = store.sessions.list({ states: ['creating', 'running', 'paused', 'hibernating', 'waking'] });
+  for (const rec of open) {
+    await manager.withRecord(rec.id, async (r, t) => {
+      const d = t.driver;
+      if (!d) {
+        t.transition('failed', { failureReason: `backend ${r.backend} is not available after restart`, sandboxId: null });
+        report.failed.push(r.id);
+        return;
+      }
+      const sandboxId = r.sandboxId;
+      const alive = sandboxId ? await d.adopt(t.spec(sandboxId)).catch(() => false) : false;
+      switch (r.state) {
+        case 'creating':
+          if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
+          t.transition('failed', { failureReason: 'the server stopped while the session was being created', sandboxId: null });
+          report.failed.push(r.id);
+          return;
+        case 'running':
+        case 'paused':
+          if (alive && sandboxId) {
+            // The record is the truth about pause: a freeze or thaw interrupted by the crash is redone.
+            if (r.state === 'paused') await d.pause(sandboxId);
+            else await d.resume(sandboxId);
+            report.adopted.push(r.id);
+          } else {
+            if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
+            t.transition('failed', { failureReason: 'the sandbox was lost while the server was down', sandboxId: null });
+            report.failed.push(r.id);
+          }
+          return;
+        case 'hibernating': {
+          const snap = r.hibernationSnapshotId;
+          const complete = snap !== null && imageComplete(deps.snapshots, snap);
+          if (alive) {
+            t.transition('running', { hibernationSnapshotId: null });
+            if (snap) await deps.snapshots.delete(snap);
+            report.adopted.push(r.id);
+          } else if (complete && snap) {
+            if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
+            if (!store.snapshots.get(snap)) {
+              store.snapshots.insert({
+                id: snap, tenantId: r.tenantId, sessionId: r.id, kind: 'hibernation', name: null, backend: r.backend,
+                settings: r.settings, sizeBytes: await deps.snapshots.sizeBytes(snap), createdAt: Date.now(),
+              });
+            }
+            t.transition('hibernated', { sandboxId: null });
+          } else {
+            t.transition('failed', { failureReason: 'the server stopped during hibernation and no image was completed', sandboxId: null });
+            report.failed.push(r.id);
+          }
+          return;
+        }
+        case 'waking':
+          if (alive) {
+            t.transition('running', {});
+            report.adopted.push(r.id);
+          } else {
+            if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
+            t.transition('hibernated', { sandboxId: null });
+          }
+          return;
+        default:
+          return;
+      }
+    });
+  }
+
+  // Orphans: sandboxes no live record points at (e.g. the server died between runsc and the store).
+  const owned = new Set(store.sessions.list({ states: ['running', 'paused'] }).map((r) => r.sandboxId));
+  for (const d of Object.values(deps.drivers)) {
+    if (!d) continue;
+    for (const id of await d.list().catch(() => [] as string[])) {
+      if (owned.has(id)) continue;
+      await d.destroy(id).catch((e) => deps.log?.(`cannot remove orphan sandbox ${id}: ${(e as Error).message}`));
+      report.orphansRemoved.push(id);
+    }
+  }
+  const known = new Set(store.snapshots.list().map((s) => s.id));
+  for (const s of store.sessions.list({ states: ['hibernating'] })) if (s.hibernationSnapshotId) known.add(s.hibernationSnapshotId);
+  for (const id of await deps.snapshots.list()) {
+    if (known.has(id)) continue;
+    await deps.snapshots.delete(id);
+    report.snapshotDirsRemoved.push(id);
+  }
+  return report;
+}
+
+function imageComplete(snapshots: SnapshotStore, id: string): boolean {
+  try {
+    return existsSync(join(snapshots.dir(id), 'berth-image.json'));
+  } catch {
+    return false; // the server stopped before the image directory was even made
+  }
+}
