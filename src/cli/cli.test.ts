@@ -1,0 +1,322 @@
+/**
+ * The CLI as users run it: `node dist/src/cli/main.js …` (compiled with tsconfig.build.json) against a
+ * server started in this process over the in-memory engine double. Children are spawned asynchronously
+ * so the in-process server keeps answering.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApp } from '../server/app.js';
+import { startServer, type RunningServer } from '../server/serve.js';
+import { MemoryEngine, ROOT_TOKEN } from '../server/testing/memory-engine.js';
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const MAIN = [join(REPO, 'dist', 'src', 'cli', 'main.js'), join(REPO, 'dist', 'cli', 'main.js')];
+let main = '';
+let server: RunningServer;
+let engine: MemoryEngine;
+
+beforeAll(async () => {
+  // Type errors elsewhere in the tree must not stop the emit this test needs; the emitted file is checked.
+  spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, stdio: 'ignore' });
+  main = MAIN.find((p) => existsSync(p)) ?? '';
+  expect(main, 'tsc did not emit the CLI').not.toBe('');
+  engine = new MemoryEngine();
+  server = await startServer({ app: createApp({ engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
+}, 180_000);
+afterAll(async () => {
+  await server?.close();
+});
+
+interface Result {
+  code: number | null;
+  stdout: Buffer;
+  stderr: string;
+}
+
+function berth(args: string[], opts: { input?: Buffer | string; env?: Record<string, string | undefined>; bin?: string } = {}): Promise<Result> {
+  const env: Record<string, string | undefined> = { ...process.env, BERTH_URL: server.url, BERTH_TOKEN: ROOT_TOKEN, BERTH_DEBUG: undefined, ...opts.env };
+  for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
+  const child = spawn(process.execPath, [opts.bin ?? main, ...args], { env: env as NodeJS.ProcessEnv, stdio: ['pipe', 'pipe', 'pipe'] });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  child.stdout.on('data', (d: Buffer) => out.push(d));
+  child.stderr.on('data', (d: Buffer) => err.push(d));
+  child.stdin.end(opts.input ?? '');
+  return new Promise((done, fail) => {
+    child.on('error', fail);
+    child.on('close', (code) => done({ code, stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString() }));
+  });
+}
+
+const json = (r: Result) => JSON.parse(r.stdout.toString());
+const NO_STACK = /\n\s+at .+:\d+:\d+/;
+
+async function newSession(...extra: string[]): Promise<string> {
+  const r = await berth(['session', 'create', '--json', ...extra]);
+  expect(r.code, r.stderr).toBe(0);
+  return json(r).id;
+}
+
+describe('berth session', () => {
+  it('create --json → the created view', async () => {
+    const r = await berth(['session', 'create', '--objective', 'demo', '--memory', '256', '--cpus', '0.5', '--idle-timeout', '60', '--env', 'A=1', '--env', 'B=x=y', '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const v = json(r);
+    expect(v).toMatchObject({ id: expect.stringMatching(/^ses_/), state: 'running', backend: 'gvisor', objective: 'demo' });
+    expect(v.settings).toEqual({ memoryMb: 256, cpus: 0.5, idleTimeoutS: 60, env: { A: '1', B: 'x=y' } });
+    expect(v.agentToken).toMatch(/^bta_/);
+  });
+  it('list and show --json', async () => {
+    const id = await newSession('--backend', 'gvisor');
+    const list = json(await berth(['session', 'list', '--json']));
+    expect(list.sessions.map((s: any) => s.id)).toContain(id);
+    const show = await berth(['session', 'show', id, '--json']);
+    expect(show.code).toBe(0);
+    const v = json(show);
+    expect(v).toMatchObject({ id, state: 'running', backend: 'gvisor', createdAt: expect.any(String), stateSince: expect.any(String) });
+    expect(v.metering).toMatchObject({ execCount: 0, stateSeconds: { running: expect.any(Number) } });
+    expect(v.agentToken).toBeUndefined();
+  });
+  it('rm terminates', async () => {
+    const id = await newSession();
+    const r = await berth(['session', 'rm', id]);
+    expect(r.code).toBe(0);
+    expect(json(await berth(['session', 'show', id, '--json'])).state).toBe('terminated');
+  });
+  it('an unknown id exits 1 with the code, no stack', async () => {
+    const r = await berth(['session', 'show', 'ses_00000000000000000000', '--json']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^berth: not_found: /);
+    expect(r.stderr).not.toMatch(NO_STACK);
+    expect(r.stdout.length).toBe(0);
+  });
+  it('out-of-range values are the server’s 400 (exit 1); unparsable ones are usage errors (exit 2)', async () => {
+    const bad = await berth(['session', 'create', '--memory', '10', '--json']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('berth: invalid_argument: memoryMb: must be ≥ 64');
+    const usage = await berth(['session', 'create', '--memory', 'lots']);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toMatch(/^berth: invalid_argument: --memory/);
+    expect((await berth(['session', 'create', '--nope'])).code).toBe(2);
+    expect((await berth(['session', 'create', '--backend', 'docker'])).code).toBe(2);
+  });
+  it('--backend qemu reaches the server', async () => {
+    const r = await berth(['session', 'create', '--backend', 'qemu', '--json']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^berth: unavailable: /);
+  });
+});
+
+describe('berth exec', () => {
+  it('passes stdout through as bytes and exits with the command’s code', async () => {
+    const id = await newSession();
+    const r = await berth(['exec', id, '--', 'echo', 'hello', '-n']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.toString()).toBe('hello -n\n');
+    const e = await berth(['exec', id, '--', 'exit', '42']);
+    expect(e.code).toBe(42);
+    expect(e.stderr).toBe('bye\n');
+  });
+  it('passes stdin through when it is not a terminal', async () => {
+    const id = await newSession();
+    const input = Buffer.from([0, 1, 2, 200, 255, 10]);
+    const r = await berth(['exec', id, '--', 'cat'], { input });
+    expect(r.code).toBe(0);
+    expect(Buffer.compare(r.stdout, input)).toBe(0);
+  });
+  it('--cwd and --env reach the command', async () => {
+    const id = await newSession();
+    expect((await berth(['exec', id, '--cwd', '/srv', '--', 'pwd'])).stdout.toString()).toBe('/srv\n');
+    expect((await berth(['exec', id, '--env', 'X=42', '--', 'env', 'X'])).stdout.toString()).toBe('42\n');
+  });
+  it('a timeout kills the command, says so and exits 124', async () => {
+    const id = await newSession();
+    const r = await berth(['exec', id, '--timeout', '50', '--', 'sleep', '10000']);
+    expect(r.code).toBe(124);
+    expect(r.stderr).toContain('berth: command timed out after 50 ms');
+  });
+  it('usage errors exit 2', async () => {
+    expect((await berth(['exec'])).code).toBe(2);
+    expect((await berth(['exec', 'ses_00000000000000000000'])).code).toBe(2);
+    expect((await berth(['exec', 'ses_00000000000000000000', '--timeout', 'x', '--', 'ls'])).code).toBe(2);
+  });
+  it('a bad argv from the server side is exit 1', async () => {
+    const id = await newSession();
+    const r = await berth(['exec', id, '--timeout=-1', '--', 'ls']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^berth: invalid_argument: timeoutMs/);
+  });
+});
+
+describe('berth files', () => {
+  it('write < data and read > data are binary-safe', async () => {
+    const id = await newSession();
+    const data = Buffer.alloc(500_000);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 131) & 255;
+    const w = await berth(['files', 'write', id, '/data.bin', '--json'], { input: data });
+    expect(w.code, w.stderr).toBe(0);
+    expect(json(w)).toEqual({ path: '/data.bin', bytes: data.length });
+    const r = await berth(['files', 'read', id, '/data.bin']);
+    expect(r.code).toBe(0);
+    expect(Buffer.compare(r.stdout, data)).toBe(0);
+  });
+  it('a 200 MB upload streams: neither side holds it whole', async () => {
+    const id = await newSession();
+    const dir = mkdtempSync(join(tmpdir(), 'berth-cli-'));
+    const file = join(dir, 'big');
+    const fd = openSync(file, 'w');
+    const mb = Buffer.alloc(1 << 20, 7);
+    for (let i = 0; i < 200; i++) writeSync(fd, mb);
+    closeSync(fd);
+    let chunks = 0;
+    const orig = engine.writeFile.bind(engine);
+    // A discarding engine: what the server keeps is then only what the HTTP layer keeps.
+    engine.writeFile = async (_p, _id, _path, data) => {
+      let n = 0;
+      for await (const c of data) {
+        n += c.byteLength;
+        chunks++;
+      }
+      return n;
+    };
+    const before = process.memoryUsage().arrayBuffers;
+    let serverPeak = 0;
+    const sample = setInterval(() => (serverPeak = Math.max(serverPeak, process.memoryUsage().arrayBuffers - before)), 5);
+    const input = openSync(file, 'r');
+    try {
+      const child = spawn(process.execPath, [main, 'files', 'write', id, '/big', '--json'], {
+        env: { ...process.env, BERTH_URL: server.url, BERTH_TOKEN: ROOT_TOKEN },
+        stdio: [input, 'pipe', 'pipe'],
+      });
+      let peakKb = 0;
+      const poll = setInterval(() => {
+        try {
+          const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
+          if (m) peakKb = Math.max(peakKb, Number(m[1]));
+        } catch {
+          // exited
+        }
+      }, 10);
+      const out: Buffer[] = [];
+      child.stdout!.on('data', (d: Buffer) => out.push(d));
+      const code = await new Promise<number | null>((r) => child.on('close', r));
+      clearInterval(poll);
+      expect(code).toBe(0);
+      expect(JSON.parse(Buffer.concat(out).toString())).toEqual({ path: '/big', bytes: 200 * (1 << 20) });
+      expect(chunks).toBeGreaterThan(100);
+      if (peakKb > 0) expect(peakKb / 1024).toBeLessThan(160); // the CLI's resident peak, MiB
+      expect(serverPeak / (1 << 20)).toBeLessThan(100);
+    } finally {
+      clearInterval(sample);
+      closeSync(input);
+      engine.writeFile = orig;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+  it('mkdir, list, stat, rm', async () => {
+    const id = await newSession();
+    expect((await berth(['files', 'mkdir', id, '/a/b', '-p'])).code).toBe(0);
+    expect((await berth(['files', 'write', id, '/a/f', '--mode', '600'], { input: 'x' })).code).toBe(0);
+    const list = json(await berth(['files', 'list', id, '/a', '--json']));
+    expect(list.entries.map((e: any) => e.name).sort()).toEqual(['b', 'f']);
+    expect(json(await berth(['files', 'stat', id, '/a/f', '--json']))).toMatchObject({ size: 1, mode: 0o600 });
+    expect((await berth(['files', 'rm', id, '/a'])).code).toBe(1);
+    expect((await berth(['files', 'rm', id, '/a', '-r'])).code).toBe(0);
+    const gone = await berth(['files', 'read', id, '/a/f']);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toMatch(/^berth: not_found: /);
+  });
+  it('a relative path is the server’s 400', async () => {
+    const id = await newSession();
+    const r = await berth(['files', 'read', id, 'rel']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^berth: invalid_argument: path: /);
+  });
+});
+
+describe('lifecycle, snapshot, fork', () => {
+  it('pause/resume/hibernate/wake', async () => {
+    const id = await newSession();
+    expect(json(await berth(['pause', id, '--json'])).state).toBe('paused');
+    expect(json(await berth(['resume', id, '--json'])).state).toBe('running');
+    expect(json(await berth(['hibernate', id, '--json'])).state).toBe('hibernated');
+    const bad = await berth(['pause', id]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/^berth: invalid_state: /);
+    const w = await berth(['wake', id]);
+    expect(w.stdout.toString()).toBe(`${id} running\n`);
+  });
+  it('snapshot --json → {snapshotId}; fork --count N --json → {sessions:[{id}…]}', async () => {
+    const id = await newSession();
+    const snap = await berth(['snapshot', id, '--name', 'base', '--json']);
+    expect(snap.code, snap.stderr).toBe(0);
+    const { snapshotId } = json(snap);
+    expect(snapshotId).toMatch(/^snp_/);
+    const fork = await berth(['fork', snapshotId, '--count', '3', '--json']);
+    expect(fork.code, fork.stderr).toBe(0);
+    const f = json(fork);
+    expect(f.sessions).toHaveLength(3);
+    for (const s of f.sessions) expect(s.id).toMatch(/^ses_/);
+    expect((await berth(['fork', snapshotId, '--count', '0'])).code).toBe(1);
+    expect((await berth(['fork', 'snp_00000000000000000000', '--json'])).code).toBe(1);
+    expect(json(await berth(['snapshot', 'list', '--session', id, '--json'])).snapshots).toHaveLength(1);
+  });
+});
+
+describe('tenant and audit', () => {
+  it('tenant create/list, audit query/verify', async () => {
+    const t = json(await berth(['tenant', 'create', 'acme', '--json']));
+    expect(t).toMatchObject({ id: expect.stringMatching(/^ten_/), name: 'acme', apiKey: expect.any(String) });
+    expect(json(await berth(['tenant', 'list', '--json'])).tenants.map((x: any) => x.id)).toContain(t.id);
+    const a = json(await berth(['audit', '--limit', '5', '--json']));
+    expect(a.entries.length).toBeGreaterThan(0);
+    expect(json(await berth(['audit', 'verify', '--json']))).toMatchObject({ ok: true });
+  });
+});
+
+describe('environment and errors', () => {
+  it('falls back to $BERTH_DATA/root.key', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'berth-cli-'));
+    writeFileSync(join(dir, 'root.key'), `${ROOT_TOKEN}\n`, { mode: 0o600 });
+    const r = await berth(['session', 'list', '--json'], { env: { BERTH_TOKEN: undefined, BERTH_DATA: dir } });
+    expect(r.code, r.stderr).toBe(0);
+  });
+  it('no token → unauthenticated, exit 1', async () => {
+    const r = await berth(['session', 'list'], { env: { BERTH_TOKEN: undefined, BERTH_DATA: '/nonexistent' } });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^berth: unauthenticated: /);
+  });
+  it('a wrong token → the server’s 401, exit 1', async () => {
+    const r = await berth(['session', 'list'], { env: { BERTH_TOKEN: 'btr_wrong' } });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^berth: unauthenticated: /);
+  });
+  it('no server → unavailable, exit 1, no stack', async () => {
+    const r = await berth(['session', 'list'], { env: { BERTH_URL: 'http://127.0.0.1:9' } });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^berth: unavailable: /);
+    expect(r.stderr).not.toMatch(NO_STACK);
+  });
+  it('unknown verbs and bare `berth` exit 2; help exits 0', async () => {
+    expect((await berth(['frobnicate'])).code).toBe(2);
+    expect((await berth([])).code).toBe(2);
+    const h = await berth(['help']);
+    expect(h.code).toBe(0);
+    expect(h.stdout.toString()).toContain('exec');
+  });
+  it('serve rejects bad flags as a usage error', async () => {
+    const r = await berth(['serve', '--port', 'abc']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^berth: invalid_argument: --port/);
+  });
+  it('bin/berth runs the same CLI', async () => {
+    const id = await newSession();
+    const r = await berth(['exec', id, '--', 'echo', 'via-bin'], { bin: join(REPO, 'bin', 'berth') });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.toString()).toBe('via-bin\n');
+  });
+});

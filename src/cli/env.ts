@@ -1,0 +1,16 @@
+/** The CLI's view of the environment: which server, which token. */
+import { AppError } from '../core/errors.js';
+import { Berth, resolveEnv } from '../sdk/index.js';
+
+export function clientFromEnv(): Berth {
+  const r = resolveEnv(process.env, process.cwd());
+  if (!r.options.token) {
+    throw new AppError(
+      'unauthenticated',
+      `no token: set BERTH_TOKEN, or BERTH_DATA to the server's data directory (${r.rootKeyPath} does not exist)`,
+    );
+  }
+  return new Berth(r.options);
+}
+
+export const debugEnabled = (): boolean => process.env.BERTH_DEBUG === '1';

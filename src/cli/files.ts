@@ -1,0 +1,97 @@
+import { UsageError, parse, printJson, println, table, writeBytes, type VerbContext } from './common.js';
+
+const USAGE = `berth files write ID PATH [--mode 644] [--json] < data
+       berth files read ID PATH > data
+       berth files list ID PATH [--json]
+       berth files stat ID PATH [--json]
+       berth files mkdir ID PATH [-p|--parents] [--json]
+       berth files rm ID PATH [-r|--recursive] [--json]`;
+
+export async function run(ctx: VerbContext): Promise<number> {
+  const [sub, ...argv] = ctx.argv;
+  switch (sub) {
+    case 'write':
+      return write(ctx, argv);
+    case 'read':
+      return read(ctx, argv);
+    case 'list':
+    case 'ls':
+      return list(ctx, argv);
+    case 'stat':
+      return stat(ctx, argv);
+    case 'mkdir':
+      return mkdir(ctx, argv);
+    case 'rm':
+      return rm(ctx, argv);
+    default:
+      throw new UsageError(sub ? `unknown subcommand ${JSON.stringify(sub)}` : 'missing subcommand', USAGE);
+  }
+}
+
+function idAndPath(positionals: string[]): [string, string] {
+  return [positionals[0]!, positionals[1]!];
+}
+
+async function write(ctx: VerbContext, argv: string[]): Promise<number> {
+  const { values: v, positionals } = parse(argv, { mode: { type: 'string' }, json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+  if (v.mode !== undefined && !/^0?[0-7]{3,4}$/.test(v.mode)) throw new UsageError(`--mode: must be octal such as 644, got ${JSON.stringify(v.mode)}`, USAGE);
+  const [id, path] = idAndPath(positionals);
+  const s = await ctx.client().sessions.get(id);
+  // stdin streams straight into the request body: a 100 MB file is never held whole.
+  const r = await s.files.write(path, ctx.io.stdin, { mode: v.mode === undefined ? undefined : parseInt(v.mode, 8) });
+  if (v.json) printJson(ctx.io, r);
+  else println(ctx.io, `wrote ${r.bytes} bytes to ${r.path}`);
+  return 0;
+}
+
+async function read(ctx: VerbContext, argv: string[]): Promise<number> {
+  const { positionals } = parse(argv, {}, USAGE, { min: 2, max: 2 });
+  const [id, path] = idAndPath(positionals);
+  const s = await ctx.client().sessions.get(id);
+  for await (const chunk of s.files.read(path)) await writeBytes(ctx.io.stdout, chunk);
+  return 0;
+}
+
+const TYPE_CHAR: Record<string, string> = { file: '-', dir: 'd', symlink: 'l', other: '?' };
+
+async function list(ctx: VerbContext, argv: string[]): Promise<number> {
+  const { values: v, positionals } = parse(argv, { json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+  const [id, path] = idAndPath(positionals);
+  const entries = await (await ctx.client().sessions.get(id)).files.list(path);
+  if (v.json) printJson(ctx.io, { path, entries });
+  else if (entries.length > 0) {
+    const rows = entries.map((e) => [
+      `${TYPE_CHAR[e.type] ?? '?'}${(e.mode & 0o7777).toString(8).padStart(4, '0')}`,
+      String(e.size),
+      new Date(e.mtimeMs).toISOString(),
+      e.name,
+    ]);
+    println(ctx.io, table(rows));
+  }
+  return 0;
+}
+
+async function stat(ctx: VerbContext, argv: string[]): Promise<number> {
+  const { values: v, positionals } = parse(argv, { json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+  const [id, path] = idAndPath(positionals);
+  const st = await (await ctx.client().sessions.get(id)).files.stat(path);
+  if (v.json) printJson(ctx.io, st);
+  else println(ctx.io, `${st.path}: ${st.type}, ${st.size} bytes, mode ${(st.mode & 0o7777).toString(8)}, modified ${new Date(st.mtimeMs).toISOString()}`);
+  return 0;
+}
+
+async function mkdir(ctx: VerbContext, argv: string[]): Promise<number> {
+  const { values: v, positionals } = parse(argv, { parents: { type: 'boolean', short: 'p' }, json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+  const [id, path] = idAndPath(positionals);
+  await (await ctx.client().sessions.get(id)).files.mkdir(path, { parents: v.parents ?? false });
+  if (v.json) printJson(ctx.io, { ok: true, path });
+  return 0;
+}
+
+async function rm(ctx: VerbContext, argv: string[]): Promise<number> {
+  const { values: v, positionals } = parse(argv, { recursive: { type: 'boolean', short: 'r' }, json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+  const [id, path] = idAndPath(positionals);
+  await (await ctx.client().sessions.get(id)).files.rm(path, { recursive: v.recursive ?? false });
+  if (v.json) printJson(ctx.io, { ok: true, path });
+  return 0;
+}

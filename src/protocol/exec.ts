@@ -1,0 +1,42 @@
+/** The exec NDJSON stream: one JSON object per line, byte payloads in base64. */
+import { AppError } from '../core/errors.js';
+import type { ExecStreamLine } from './types.js';
+
+export const NDJSON = 'application/x-ndjson';
+
+/** A quiet exec stream carries a `ping` line this often (ms); clients ignore it. */
+export const EXEC_HEARTBEAT_MS = 15_000;
+
+export function encodeExecLine(line: ExecStreamLine): string {
+  return `${JSON.stringify(line)}\n`;
+}
+
+export function bytesToBase64(data: Uint8Array): string {
+  return Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('base64');
+}
+
+export function base64ToBytes(s: string): Uint8Array {
+  const b = Buffer.from(s, 'base64');
+  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+}
+
+/** Parses and checks one line; throws AppError('internal') on anything the server never sends. */
+export function decodeExecLine(text: string): ExecStreamLine {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new AppError('internal', 'malformed exec stream line (not JSON)');
+  }
+  const o = v as Record<string, unknown> | null;
+  const ok =
+    !!o &&
+    typeof o === 'object' &&
+    ((o.type === 'started' && typeof o.execId === 'string') ||
+      ((o.type === 'stdout' || o.type === 'stderr') && typeof o.data === 'string') ||
+      (o.type === 'exit' && typeof o.code === 'number' && typeof o.timedOut === 'boolean') ||
+      (o.type === 'error' && !!o.error && typeof o.error === 'object') ||
+      o.type === 'ping');
+  if (!ok) throw new AppError('internal', `unexpected exec stream line: ${text.slice(0, 200)}`);
+  return o as ExecStreamLine;
+}

@@ -1,0 +1,6 @@
+export * from './types.js';
+export * from './schemas.js';
+export * from './validate.js';
+export * from './errors.js';
+export * from './views.js';
+export * from './exec.js';

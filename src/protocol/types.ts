@@ -1,0 +1,218 @@
+/**
+ * Wire types shared by the server and the SDK. JSON only; times are ISO-8601 strings on the wire.
+ * These names are a public contract (CLI --json output is built from them): add fields, never rename.
+ */
+import type { BackendName, SessionState, FileEntry, FileStat, Principal } from '../core/index.js';
+
+export interface SessionSettingsView {
+  memoryMb: number;
+  cpus: number;
+  idleTimeoutS: number;
+  env: Record<string, string>;
+}
+
+export interface MeteringView {
+  cpuSeconds: number;
+  peakMemoryBytes: number;
+  execCount: number;
+  bytesIn: number;
+  bytesOut: number;
+  /** Seconds spent in each state so far, including the current one. */
+  stateSeconds: Partial<Record<SessionState, number>>;
+}
+
+export interface SessionView {
+  id: string;
+  tenantId: string;
+  state: SessionState;
+  backend: BackendName;
+  objective: string | null;
+  settings: SessionSettingsView;
+  metadata: Record<string, string>;
+  failureReason: string | null;
+  parentSnapshotId: string | null;
+  hostname: string;
+  createdAt: string;
+  updatedAt: string;
+  stateSince: string;
+  lastActivityAt: string;
+  metering: MeteringView;
+}
+
+/** Returned once, by session create and fork: the token is never shown again. */
+export interface CreatedSessionView extends SessionView {
+  agentToken: string;
+}
+
+export interface SessionListView {
+  sessions: SessionView[];
+}
+
+/** DELETE /v1/sessions/:id. */
+export interface TerminatedView {
+  id: string;
+  state: 'terminated';
+}
+
+export interface SnapshotView {
+  snapshotId: string;
+  id: string;
+  tenantId: string;
+  sessionId: string;
+  name: string | null;
+  kind: 'named' | 'hibernation';
+  backend: BackendName;
+  sizeBytes: number;
+  createdAt: string;
+  /** Settings of the source session; fork branches inherit them. */
+  settings: SessionSettingsView;
+}
+
+export interface SnapshotListView {
+  snapshots: SnapshotView[];
+}
+
+export interface ForkView {
+  sessions: CreatedSessionView[];
+}
+
+export interface CreateSessionBody {
+  objective?: string;
+  /** MiB, 64..16384; default 512. */
+  memoryMb?: number;
+  /** 0.1..(host cores); default 1. */
+  cpus?: number;
+  /** Seconds, 0 (never) .. 604800; default 0. */
+  idleTimeoutS?: number;
+  env?: Record<string, string>;
+  backend?: BackendName;
+  metadata?: Record<string, string>;
+  /** Root only: the tenant to create the session in (default: the caller's tenant, or "default"). */
+  tenantId?: string;
+}
+
+export interface ExecBody {
+  argv: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Milliseconds; 0 or absent = no limit. */
+  timeoutMs?: number;
+  /** When true, stdin is a pipe fed by POST …/execs/:execId/stdin. */
+  stdin?: boolean;
+}
+
+/** One NDJSON line of an exec response stream. `data` is base64. */
+export type ExecStreamLine =
+  | { type: 'started'; execId: string; sessionId?: string }
+  | { type: 'stdout'; data: string }
+  | { type: 'stderr'; data: string }
+  | { type: 'exit'; code: number; signal: number | null; timedOut: boolean }
+  | { type: 'error'; error: WireError }
+  /** Sent after EXEC_HEARTBEAT_MS without output, so idle-timeouts along the way never cut a quiet command. */
+  | { type: 'ping' };
+
+/** POST …/execs/:execId/stdin. */
+export interface StdinView {
+  /** Bytes written to the command's stdin by this request. */
+  bytes: number;
+  closed: boolean;
+}
+
+export interface KillBody {
+  /** Signal number (1..64) or name ("SIGTERM", "TERM"); default SIGKILL. */
+  signal?: number | string;
+}
+export interface KillView {
+  execId: string;
+  signal: number;
+}
+
+export interface ForkBody {
+  /** 1..64; default 1. */
+  count?: number;
+}
+
+export interface SnapshotBody {
+  name?: string;
+}
+
+export interface MkdirBody {
+  path: string;
+  /** Create missing parents, like mkdir -p. Default false. */
+  parents?: boolean;
+}
+
+export interface FileListView {
+  path: string;
+  entries: FileEntry[];
+}
+
+export type FileStatView = FileStat;
+
+/** PUT /v1/sessions/:id/files. */
+export interface FileWriteView {
+  path: string;
+  bytes: number;
+}
+
+export interface OkView {
+  ok: true;
+}
+
+export interface CreateTenantBody {
+  name: string;
+}
+
+export interface TenantView {
+  id: string;
+  name: string;
+  createdAt: string;
+}
+
+/** Returned once, by tenant create: the API key is never shown again. */
+export interface CreatedTenantView extends TenantView {
+  apiKey: string;
+}
+
+export interface TenantListView {
+  tenants: TenantView[];
+}
+
+export interface AuditEntryView {
+  seq: number;
+  ts: string;
+  /** The same instant in milliseconds since the epoch (what the hash covers). */
+  tsMs: number;
+  tenantId: string | null;
+  sessionId: string | null;
+  principal: Principal;
+  action: string;
+  outcome: string;
+  data: Record<string, unknown>;
+  prevHash: string;
+  hash: string;
+}
+
+export interface AuditListView {
+  entries: AuditEntryView[];
+}
+
+export type AuditVerifyView =
+  | { ok: true; entries: number; headHash: string }
+  | { ok: false; entries: number; firstBadSeq: number; problem: 'edited' | 'removed' | 'reordered' | 'broken_link' };
+
+export interface HealthView {
+  ok: boolean;
+  backends: Record<string, { available: boolean; reason?: string }>;
+}
+
+export interface WireError {
+  code: string;
+  message: string;
+  details?: Record<string, unknown>;
+  /** True when the same request may succeed if retried later. */
+  retryable?: boolean;
+}
+export interface ErrorBody {
+  error: WireError;
+}

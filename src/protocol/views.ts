@@ -1,0 +1,101 @@
+/**
+ * Core records → wire views. Each view is built field by field, so a field added to a record is never
+ * exposed by accident (agentTokenHash, sandboxId and apiKeyHash stay on the server).
+ */
+import type { AuditEntry, SessionRecord, SnapshotRecord, TenantRecord, SessionSettings, VerifyResult } from '../core/index.js';
+import type {
+  AuditEntryView,
+  AuditVerifyView,
+  CreatedSessionView,
+  SessionSettingsView,
+  SessionView,
+  SnapshotView,
+  TenantView,
+} from './types.js';
+
+export function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+function settingsView(s: SessionSettings): SessionSettingsView {
+  return { memoryMb: s.memoryMb, cpus: s.cpus, idleTimeoutS: s.idleTimeoutS, env: { ...s.env } };
+}
+
+/** Millisecond precision, in seconds. */
+const seconds = (ms: number) => Math.round(ms) / 1000;
+
+/** `now` (ms since the epoch) adds the time spent so far in the current state to stateSeconds. */
+export function toSessionView(r: SessionRecord, now: number): SessionView {
+  const stateSeconds = { ...r.metering.stateSeconds };
+  const current = Math.max(0, now - r.stateSince);
+  stateSeconds[r.state] = seconds((stateSeconds[r.state] ?? 0) * 1000 + current);
+  return {
+    id: r.id,
+    tenantId: r.tenantId,
+    state: r.state,
+    backend: r.backend,
+    objective: r.objective,
+    settings: settingsView(r.settings),
+    metadata: { ...r.metadata },
+    failureReason: r.failureReason,
+    parentSnapshotId: r.parentSnapshotId,
+    hostname: r.identity.hostname,
+    createdAt: iso(r.createdAt),
+    updatedAt: iso(r.updatedAt),
+    stateSince: iso(r.stateSince),
+    lastActivityAt: iso(r.lastActivityAt),
+    metering: {
+      cpuSeconds: r.metering.cpuSeconds,
+      peakMemoryBytes: r.metering.peakMemoryBytes,
+      execCount: r.metering.execCount,
+      bytesIn: r.metering.bytesIn,
+      bytesOut: r.metering.bytesOut,
+      stateSeconds,
+    },
+  };
+}
+
+export function toCreatedSessionView(r: SessionRecord, agentToken: string, now: number): CreatedSessionView {
+  return { ...toSessionView(r, now), agentToken };
+}
+
+export function toSnapshotView(r: SnapshotRecord): SnapshotView {
+  return {
+    snapshotId: r.id,
+    id: r.id,
+    tenantId: r.tenantId,
+    sessionId: r.sessionId,
+    name: r.name,
+    kind: r.kind,
+    backend: r.backend,
+    sizeBytes: r.sizeBytes,
+    createdAt: iso(r.createdAt),
+    settings: settingsView(r.settings),
+  };
+}
+
+export function toTenantView(r: TenantRecord): TenantView {
+  return { id: r.id, name: r.name, createdAt: iso(r.createdAt) };
+}
+
+export function toAuditEntryView(e: AuditEntry): AuditEntryView {
+  return {
+    seq: e.seq,
+    ts: iso(e.ts),
+    tsMs: e.ts,
+    tenantId: e.tenantId,
+    sessionId: e.sessionId,
+    principal: { kind: e.principal.kind, id: e.principal.id, tenantId: e.principal.tenantId },
+    action: e.action,
+    outcome: e.outcome,
+    data: e.data,
+    prevHash: e.prevHash,
+    hash: e.hash,
+  };
+}
+
+export function toAuditVerifyView(v: VerifyResult): AuditVerifyView {
+  return v.ok
+    ? { ok: true, entries: v.entries, headHash: v.headHash }
+    : { ok: false, entries: v.entries, firstBadSeq: v.firstBadSeq, problem: v.problem };
+}

@@ -1,0 +1,169 @@
+/**
+ * The Berth client. Small async API over the HTTP server:
+ *
+ *   const berth = new Berth({ url, token });
+ *   const s = await berth.sessions.create({ memoryMb: 1024 });
+ *   const { stdout } = await s.run(['uname', '-a']);
+ *   await s.files.write('/work/in.txt', 'hello');
+ *
+ * Every async method takes `signal?: AbortSignal`. Errors are AppErrors with the server's code;
+ * network failures are AppError('unavailable').
+ */
+import { ConfigError } from '../core/errors.js';
+import type {
+  AuditEntryView,
+  AuditListView,
+  AuditVerifyView,
+  CreateSessionBody,
+  CreatedSessionView,
+  CreatedTenantView,
+  ForkView,
+  HealthView,
+  OkView,
+  SessionListView,
+  SessionView,
+  SnapshotListView,
+  SnapshotView,
+  TenantListView,
+  TenantView,
+} from '../protocol/types.js';
+import type { SessionState } from '../core/state.js';
+import { DEFAULT_URL, resolveEnv } from './env.js';
+import { Transport, type ResolvedClientOptions } from './http.js';
+import { Session, type CallOpts } from './session.js';
+
+export interface BerthOptions {
+  /** Server base URL. Default 'http://127.0.0.1:7070' (Berth.fromEnv: $BERTH_URL). */
+  url?: string;
+  /**
+   * Bearer token: the root key, a tenant API key or a session's agent token. Default none, so every /v1
+   * call fails with 'unauthenticated' (Berth.fromEnv: $BERTH_TOKEN, else $BERTH_DATA/root.key).
+   */
+  token?: string;
+  /** The fetch to use. Default globalThis.fetch (undici, keep-alive). */
+  fetch?: typeof globalThis.fetch;
+  /**
+   * Deadline for each short call, ms; 0 = none. Default 120000. Exec streams, file transfers and the
+   * lifecycle verbs that move machines (create, hibernate, wake, snapshot, fork, terminate) are bounded
+   * by their signal only.
+   */
+  timeoutMs?: number;
+}
+
+function resolveOptions(o: BerthOptions): ResolvedClientOptions {
+  const url = o.url ?? DEFAULT_URL;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ConfigError(`url: not a valid URL: ${JSON.stringify(url)}`, { details: { field: 'url' } });
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    throw new ConfigError(`url: must be http or https, got ${parsed.protocol}`, { details: { field: 'url' } });
+  }
+  const timeoutMs = o.timeoutMs ?? 120_000;
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new ConfigError(`timeoutMs: must be an integer ≥ 0, got ${timeoutMs}`, { details: { field: 'timeoutMs' } });
+  const f = o.fetch ?? globalThis.fetch;
+  if (typeof f !== 'function') throw new ConfigError('fetch: no fetch implementation available', { details: { field: 'fetch' } });
+  if (o.token !== undefined && (typeof o.token !== 'string' || /\s/.test(o.token) || o.token === '')) {
+    throw new ConfigError('token: must be a non-empty string without whitespace', { details: { field: 'token' } });
+  }
+  return Object.freeze({ url: url.replace(/\/+$/, ''), token: o.token, fetch: f, timeoutMs });
+}
+
+export type CreateSessionOptions = CreateSessionBody & CallOpts;
+
+const enc = (s: string) => encodeURIComponent(s);
+
+export class Berth {
+  readonly options: ResolvedClientOptions;
+  readonly sessions: SessionsApi;
+  readonly snapshots: SnapshotsApi;
+  readonly tenants: TenantsApi;
+  readonly audit: AuditApi;
+  private readonly t: Transport;
+
+  constructor(opts: BerthOptions = {}) {
+    this.options = resolveOptions(opts);
+    this.t = new Transport(this.options);
+    this.sessions = new SessionsApi(this.t);
+    this.snapshots = new SnapshotsApi(this.t);
+    this.tenants = new TenantsApi(this.t);
+    this.audit = new AuditApi(this.t);
+  }
+
+  /** Options from BERTH_URL, BERTH_TOKEN / $BERTH_DATA/root.key; `overrides` win. */
+  static fromEnv(overrides: BerthOptions = {}): Berth {
+    const { options } = resolveEnv();
+    return new Berth({ ...options, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)) });
+  }
+
+  /** GET /healthz (no token needed). */
+  health(opts: CallOpts = {}): Promise<HealthView> {
+    return this.t.json<HealthView>('GET', '/healthz', { root: true, acceptStatus: [503], signal: opts.signal });
+  }
+}
+
+class SessionsApi {
+  constructor(private readonly t: Transport) {}
+
+  /** Starts a machine; resolves when it is running. The returned handle carries the agent token. */
+  async create(opts: CreateSessionOptions = {}): Promise<Session> {
+    const { signal, ...body } = opts;
+    return new Session(this.t, await this.t.json<CreatedSessionView>('POST', '/sessions', { json: body, signal, deadline: false }));
+  }
+  async get(id: string, opts: CallOpts = {}): Promise<Session> {
+    return new Session(this.t, await this.t.json<SessionView>('GET', `/sessions/${enc(id)}`, { signal: opts.signal }));
+  }
+  async list(opts: CallOpts & { states?: SessionState[] } = {}): Promise<Session[]> {
+    const state = opts.states?.length ? opts.states.join(',') : undefined;
+    const r = await this.t.json<SessionListView>('GET', '/sessions', { query: { state }, signal: opts.signal });
+    return r.sessions.map((v) => new Session(this.t, v));
+  }
+}
+
+class SnapshotsApi {
+  constructor(private readonly t: Transport) {}
+
+  get(id: string, opts: CallOpts = {}): Promise<SnapshotView> {
+    return this.t.json<SnapshotView>('GET', `/snapshots/${enc(id)}`, { signal: opts.signal });
+  }
+  async list(opts: CallOpts & { sessionId?: string } = {}): Promise<SnapshotView[]> {
+    return (await this.t.json<SnapshotListView>('GET', '/snapshots', { query: { sessionId: opts.sessionId }, signal: opts.signal })).snapshots;
+  }
+  async delete(id: string, opts: CallOpts = {}): Promise<void> {
+    await this.t.json<OkView>('DELETE', `/snapshots/${enc(id)}`, { signal: opts.signal, deadline: false });
+  }
+  /** Starts `count` (1..64, default 1) independent branches of a snapshot; each handle has its agent token. */
+  async fork(id: string, opts: CallOpts & { count?: number } = {}): Promise<Session[]> {
+    const body = opts.count === undefined ? {} : { count: opts.count };
+    const r = await this.t.json<ForkView>('POST', `/snapshots/${enc(id)}/fork`, { json: body, signal: opts.signal, deadline: false });
+    return r.sessions.map((v) => new Session(this.t, v));
+  }
+}
+
+class TenantsApi {
+  constructor(private readonly t: Transport) {}
+
+  /** Root only. The API key in the result is shown once. */
+  create(name: string, opts: CallOpts = {}): Promise<CreatedTenantView> {
+    return this.t.json<CreatedTenantView>('POST', '/tenants', { json: { name }, signal: opts.signal });
+  }
+  async list(opts: CallOpts = {}): Promise<TenantView[]> {
+    return (await this.t.json<TenantListView>('GET', '/tenants', { signal: opts.signal })).tenants;
+  }
+}
+
+class AuditApi {
+  constructor(private readonly t: Transport) {}
+
+  async query(opts: CallOpts & { sessionId?: string; afterSeq?: number; limit?: number } = {}): Promise<AuditEntryView[]> {
+    const { signal, ...q } = opts;
+    return (await this.t.json<AuditListView>('GET', '/audit', { query: q, signal })).entries;
+  }
+  verify(opts: CallOpts = {}): Promise<AuditVerifyView> {
+    return this.t.json<AuditVerifyView>('GET', '/audit/verify', { signal: opts.signal });
+  }
+}
+
+export type { SessionsApi, SnapshotsApi, TenantsApi, AuditApi };

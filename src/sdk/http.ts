@@ -1,0 +1,116 @@
+/**
+ * The SDK's one door to the server: builds URLs, adds the bearer token, applies deadlines, and turns
+ * every failure into an AppError (HTTP error bodies via fromWireError, network failures → unavailable).
+ */
+import { AppError, abortError } from '../core/errors.js';
+import { fromWireError } from '../protocol/errors.js';
+
+export interface ResolvedClientOptions {
+  readonly url: string;
+  readonly token: string | undefined;
+  readonly fetch: typeof globalThis.fetch;
+  readonly timeoutMs: number;
+}
+
+export type Query = Record<string, string | number | boolean | undefined>;
+
+export interface SendOptions {
+  query?: Query;
+  /** A JSON body. */
+  json?: unknown;
+  /** A raw body; a ReadableStream is streamed (duplex: 'half'). */
+  body?: Uint8Array | string | ReadableStream<Uint8Array>;
+  signal?: AbortSignal;
+  /** Apply the client's unary deadline (timeoutMs). Default true; streams pass false. */
+  deadline?: boolean;
+  /** Allow /healthz's 503 through as a response. */
+  acceptStatus?: number[];
+  /** Under /v1 (default) or at the root (/healthz). */
+  root?: boolean;
+}
+
+export class Transport {
+  constructor(readonly o: ResolvedClientOptions) {}
+
+  url(path: string, query?: Query, root = false): string {
+    const u = new URL(`${this.o.url.replace(/\/+$/, '')}${root ? '' : '/v1'}${path}`);
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) u.searchParams.set(k, String(v));
+    return u.toString();
+  }
+
+  /** Combined signal: the caller's, and the deadline for unary calls. */
+  signalFor(signal: AbortSignal | undefined, deadline: boolean): AbortSignal | undefined {
+    const list: AbortSignal[] = [];
+    if (signal) list.push(signal);
+    if (deadline && this.o.timeoutMs > 0) list.push(AbortSignal.timeout(this.o.timeoutMs));
+    if (list.length <= 1) return list[0];
+    return AbortSignal.any(list);
+  }
+
+  async send(method: string, path: string, opts: SendOptions = {}): Promise<{ res: Response; signal: AbortSignal | undefined }> {
+    const signal = this.signalFor(opts.signal, opts.deadline ?? true);
+    if (signal?.aborted) throw abortError(signal);
+    const headers: Record<string, string> = { accept: 'application/json' };
+    if (this.o.token) headers.authorization = `Bearer ${this.o.token}`;
+    let body: Uint8Array | string | ReadableStream<Uint8Array> | undefined = opts.body;
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      headers['content-type'] = 'application/json';
+    } else if (body !== undefined) {
+      headers['content-type'] = 'application/octet-stream';
+    }
+    const init: RequestInit & { duplex?: 'half'; window?: null } = { method, headers, body: body as BodyInit | undefined, signal };
+    if (body instanceof ReadableStream) {
+      init.duplex = 'half';
+      // fetch clones a request (teeing a stream body, so the unread branch buffers the whole upload) unless
+      // it can never be replayed: window null + redirect 'error' skips the clone (nodejs/undici#4058).
+      init.window = null;
+      init.redirect = 'error';
+    }
+    let res: Response;
+    try {
+      res = await this.o.fetch(this.url(path, opts.query, opts.root), init);
+    } catch (e) {
+      throw this.failure(e, signal, `${method} ${path}`);
+    }
+    if (!res.ok && !opts.acceptStatus?.includes(res.status)) {
+      const text = await res.text().catch(() => '');
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = undefined;
+      }
+      throw fromWireError(parsed, res.status);
+    }
+    return { res, signal };
+  }
+
+  async json<T>(method: string, path: string, opts: SendOptions = {}): Promise<T> {
+    const { res, signal } = await this.send(method, path, opts);
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (e) {
+      throw this.failure(e, signal, `${method} ${path}`);
+    }
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      throw new AppError('internal', `${method} ${path}: the server sent a response that is not JSON`);
+    }
+  }
+
+  /** Maps a thrown fetch or body-read failure: the caller's abort or deadline, else the network. */
+  failure(e: unknown, signal: AbortSignal | undefined, what: string): AppError {
+    if (e instanceof AppError) return e;
+    if (signal?.aborted) return abortError(signal);
+    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+    const why = cause?.code ?? cause?.message ?? (e as Error).message ?? String(e);
+    // undici gives up on a silent server after 300 s (headers or body): a deadline, not a missing server.
+    if (cause?.code === 'UND_ERR_HEADERS_TIMEOUT' || cause?.code === 'UND_ERR_BODY_TIMEOUT') {
+      return new AppError('timeout', `Berth at ${this.o.url} did not answer in time (${what}): ${why}`, { cause: e, retryable: true });
+    }
+    return new AppError('unavailable', `cannot reach Berth at ${this.o.url} (${what}): ${why}`, { cause: e, retryable: true });
+  }
+}

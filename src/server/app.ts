@@ -1,0 +1,50 @@
+/**
+ * The HTTP layer: parse a request into one engine call and render the result as a view. It never sees
+ * drivers or the store. Middleware order is fixed here: request id → (auth for /v1) → route; errors and
+ * unknown routes end in the one handler each.
+ */
+import { Hono } from 'hono';
+import { ConfigError, systemClock, type Clock } from '../core/index.js';
+import type { Engine } from '../engine/api.js';
+import { EXEC_HEARTBEAT_MS, type HealthView } from '../protocol/index.js';
+import type { Env, RouteDeps } from './context.js';
+import { silentLogger, type Logger } from './log.js';
+import { bearerAuth, errorHandler, notFound, requestContext } from './middleware.js';
+import { auditRoutes } from './routes/audit.js';
+import { execRoutes } from './routes/exec.js';
+import { fileRoutes } from './routes/files.js';
+import { sessionRoutes } from './routes/sessions.js';
+import { snapshotRoutes } from './routes/snapshots.js';
+import { tenantRoutes } from './routes/tenants.js';
+
+export interface AppOptions {
+  engine: Engine;
+  /** Default: silent. */
+  log?: Logger;
+  /** Time source for views (stateSeconds). Default: the system clock. */
+  clock?: Clock;
+  /** An exec stream without output sends a `ping` line this often, ms. Default EXEC_HEARTBEAT_MS (15000). */
+  execHeartbeatMs?: number;
+}
+
+export function createApp(opts: AppOptions): Hono<Env> {
+  const heartbeat = opts.execHeartbeatMs ?? EXEC_HEARTBEAT_MS;
+  if (!Number.isInteger(heartbeat) || heartbeat < 1) throw new ConfigError(`execHeartbeatMs: must be a positive integer, got ${heartbeat}`);
+  const deps: RouteDeps = { engine: opts.engine, log: opts.log ?? silentLogger, clock: opts.clock ?? systemClock, execHeartbeatMs: heartbeat };
+  const app = new Hono<Env>();
+
+  app.use('*', requestContext(deps.log));
+  app.get('/healthz', (c) => {
+    const h: HealthView = deps.engine.health();
+    return c.json<HealthView>({ ok: h.ok, backends: h.backends }, h.ok ? 200 : 503);
+  });
+
+  app.use('/v1/*', bearerAuth(deps.engine));
+  for (const routes of [sessionRoutes, execRoutes, fileRoutes, snapshotRoutes, tenantRoutes, auditRoutes]) {
+    app.route('/v1', routes(deps));
+  }
+
+  app.notFound(notFound());
+  app.onError(errorHandler(deps.log));
+  return app;
+}

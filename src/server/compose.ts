@@ -1,0 +1,126 @@
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { sha256Hex, systemClock, type BackendName, type Clock, type SandboxDriver } from '../core/index.js';
+import { GvisorDriver } from '../drivers/gvisor/driver.js';
+import { ensureRootfs } from '../drivers/image/rootfs.js';
+import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
+import { recover, type RecoveryReport } from '../engine/recovery.js';
+import { newSecret } from '../engine/auth.js';
+import { openSqliteStore } from '../store/sqlite.js';
+import { verifyAudit } from '../store/audit.js';
+import { LocalSnapshotStore } from '../store/snapshot-dir.js';
+import type { Engine } from '../engine/api.js';
+
+export interface BerthOptions {
+  /** Data directory (SQLite file, snapshots, sandbox state, root.key). Required. */
+  dataDir: string;
+  /** Where built images are cached. Default `<dataDir>/images`. */
+  imageCacheDir?: string;
+  /** Backends to start. Default ['gvisor', 'qemu'] (a backend that cannot start is reported, not fatal). */
+  backends?: BackendName[];
+  /** How often idle sessions are checked, ms. Default 1000; 0 disables the timer. */
+  idleSweepMs?: number;
+  clock?: Clock;
+  defaults?: SessionManagerOptions['defaults'];
+  log?: (line: string) => void;
+}
+
+export interface Berth {
+  engine: Engine;
+  manager: SessionManager;
+  rootKey: string;
+  recovery: RecoveryReport;
+  dataDir: string;
+  close(): Promise<void>;
+}
+
+/** The repository (or installed package) root: where dist/agent/berth-agent is built. */
+export function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, 'package.json'))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error('package.json not found above ' + fileURLToPath(import.meta.url));
+    dir = up;
+  }
+  return dir;
+}
+
+/** Reads <data>/root.key, creating it (mode 0600) on first start. */
+async function rootKey(dataDir: string): Promise<string> {
+  const file = join(dataDir, 'root.key');
+  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
+  const key = newSecret('btr');
+  await writeFile(file, key + '\n', { mode: 0o600, flag: 'wx' });
+  await chmod(file, 0o600);
+  return key;
+}
+
+/** Builds the whole server side from options: store, snapshot store, drivers, engine; then recovers. */
+export async function createBerth(opts: BerthOptions): Promise<Berth> {
+  const dataDir = resolve(opts.dataDir);
+  const log = opts.log ?? (() => undefined);
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  const key = await rootKey(dataDir);
+  const clock = opts.clock ?? systemClock;
+  const dbPath = join(dataDir, 'berth.db');
+  const store = openSqliteStore({ path: dbPath, clock });
+  const snapshots = new LocalSnapshotStore(join(dataDir, 'snapshots'));
+  const cacheDir = opts.imageCacheDir ?? join(dataDir, 'images');
+  const agentPath = join(packageRoot(), 'dist', 'agent', 'berth-agent');
+
+  const drivers: Partial<Record<BackendName, SandboxDriver>> = {};
+  const unavailable: Partial<Record<BackendName, string>> = {};
+  for (const b of opts.backends ?? ['gvisor']) {
+    try {
+      if (b === 'gvisor') {
+        const rootfs = await ensureRootfs({ cacheDir, log });
+        const d = new GvisorDriver({ stateDir: join(dataDir, 'gvisor'), rootfs, agentPath, log });
+        await d.probe();
+        drivers.gvisor = d;
+      } else {
+        unavailable[b] = 'not built into this server yet';
+      }
+    } catch (e) {
+      unavailable[b] = (e as Error).message;
+      log(`backend ${b} unavailable: ${(e as Error).message}`);
+    }
+  }
+
+  const manager = new SessionManager({
+    store,
+    audit: store.audit,
+    verifyAudit: () => verifyAudit(store),
+    snapshots,
+    drivers,
+    unavailable,
+    rootKeyHash: sha256Hex(key),
+    clock,
+    defaults: opts.defaults,
+    log,
+  });
+  const recovery = await recover({ manager, store, snapshots, drivers, log });
+  const sweepMs = opts.idleSweepMs ?? 1000;
+  let sweeping = false;
+  const timer = sweepMs > 0
+    ? setInterval(() => {
+        if (sweeping) return;
+        sweeping = true;
+        void manager.sweepIdle().finally(() => (sweeping = false));
+      }, sweepMs).unref()
+    : undefined;
+
+  return {
+    engine: manager,
+    manager,
+    rootKey: key,
+    recovery,
+    dataDir,
+    async close() {
+      if (timer) clearInterval(timer);
+      await manager.close();
+      store.close();
+    },
+  };
+}

@@ -1,0 +1,76 @@
+/**
+ * `berth serve`: the composition root of the server and the only place on that side that reads
+ * process.env. Options: flag > environment > default.
+ *   --port N      (default 7070; 0 = any free port)
+ *   --host ADDR   (default 127.0.0.1)
+ *   --data DIR    (else $BERTH_DATA, else ./.berth)
+ *   $BERTH_LOG_LEVEL  debug | info | warn | error (default info)
+ */
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { InvalidArgumentError } from '../core/index.js';
+import { createApp } from './app.js';
+import { createBerth } from './compose.js';
+import { LOG_LEVELS, createJsonLogger, type LogLevel, type Logger } from './log.js';
+import { startServer, type RunningServer } from './serve.js';
+
+export interface ServeOptions {
+  port: number;
+  host: string;
+  dataDir: string;
+  logLevel: LogLevel;
+}
+
+export const SERVE_USAGE = 'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR]';
+
+function usage(message: string): InvalidArgumentError {
+  return new InvalidArgumentError(message, { details: { usage: SERVE_USAGE } });
+}
+
+export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: string): ServeOptions {
+  let values: { port?: string; host?: string; data?: string };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: { port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' } },
+      allowPositionals: false,
+      strict: true,
+    }));
+  } catch (e) {
+    throw usage((e as Error).message);
+  }
+  const port = values.port === undefined ? 7070 : Number(values.port);
+  if (!/^\d+$/.test(values.port ?? '7070') || port > 65535) throw usage(`--port: must be an integer 0..65535, got ${JSON.stringify(values.port)}`);
+  const host = values.host ?? '127.0.0.1';
+  if (host === '') throw usage('--host: must not be empty');
+  const level = (env.BERTH_LOG_LEVEL ?? 'info') as LogLevel;
+  if (!LOG_LEVELS.includes(level)) throw usage(`BERTH_LOG_LEVEL: must be one of ${LOG_LEVELS.join(', ')}`);
+  return { port, host, dataDir: resolve(cwd, values.data ?? env.BERTH_DATA ?? './.berth'), logLevel: level };
+}
+
+/** Runs until SIGINT or SIGTERM, then closes gracefully. A second signal exits at once. */
+export async function serveMain(argv: string[]): Promise<void> {
+  const opts = parseServeArgs(argv, process.env, process.cwd());
+  const log: Logger = createJsonLogger({ level: opts.logLevel, write: (l) => void process.stdout.write(l) });
+  const berth = await createBerth({ dataDir: opts.dataDir, log: (line: string) => log.info(line) });
+  let server: RunningServer;
+  try {
+    server = await startServer({ app: createApp({ engine: berth.engine, log }), host: opts.host, port: opts.port, log });
+  } catch (e) {
+    await berth.close().catch(() => undefined);
+    throw e;
+  }
+  log.info('listening', { url: server.url, dataDir: opts.dataDir, rootKeyFile: join(opts.dataDir, 'root.key') });
+
+  const signal = await new Promise<NodeJS.Signals>((done) => {
+    process.once('SIGINT', () => done('SIGINT'));
+    process.once('SIGTERM', () => done('SIGTERM'));
+  });
+  log.info('shutting down', { signal });
+  const again = () => process.exit(130);
+  process.once('SIGINT', again);
+  process.once('SIGTERM', again);
+  await server.close();
+  await berth.close();
+  log.info('stopped');
+}

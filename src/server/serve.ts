@@ -1,0 +1,91 @@
+/** Binds the app to a TCP port with @hono/node-server; keep-alive on, graceful close. */
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createAdaptorServer } from '@hono/node-server';
+import { ConfigError, UnavailableError } from '../core/index.js';
+import { silentLogger, type Logger } from './log.js';
+
+export interface StartServerOptions {
+  /** Anything with a fetch handler; normally createApp(...). */
+  app: { fetch: (request: Request, ...rest: never[]) => Response | Promise<Response> };
+  /** Interface to bind. Default '127.0.0.1'. */
+  host?: string;
+  /** TCP port; 0 picks a free one (see the returned url). Default 7070. */
+  port?: number;
+  /** Aborting it closes the server gracefully. */
+  signal?: AbortSignal;
+  /** How long close() waits for in-flight requests before cutting connections, ms. Default 10000. */
+  graceMs?: number;
+  log?: Logger;
+}
+
+export interface RunningServer {
+  /** e.g. http://127.0.0.1:7070 */
+  url: string;
+  port: number;
+  /** Stops accepting, lets in-flight requests finish (up to graceMs), then closes every connection. */
+  close(): Promise<void>;
+}
+
+/**
+ * Keep-alive idle timeout, ms: longer than undici's client default (4 s) so a client never reuses a socket
+ * the server is about to drop.
+ */
+const KEEP_ALIVE_MS = 65_000;
+
+export async function startServer(opts: StartServerOptions): Promise<RunningServer> {
+  const host = opts.host ?? '127.0.0.1';
+  const port = opts.port ?? 7070;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`port: must be an integer 0..65535, got ${port}`);
+  const graceMs = opts.graceMs ?? 10_000;
+  const log = opts.log ?? silentLogger;
+
+  const server = createAdaptorServer({
+    fetch: opts.app.fetch as (r: Request) => Response | Promise<Response>,
+    hostname: host,
+    serverOptions: {
+      keepAlive: true,
+      keepAliveTimeout: KEEP_ALIVE_MS,
+      headersTimeout: KEEP_ALIVE_MS + 1_000,
+      // Uploads (100 MB files, long stdin streams) and exec streams may run for hours: no whole-request limit.
+      requestTimeout: 0,
+    },
+  }) as Server;
+
+  await new Promise<void>((resolve, reject) => {
+    const onError = (e: NodeJS.ErrnoException) => {
+      reject(new UnavailableError(`cannot listen on ${host}:${port}: ${e.code === 'EADDRINUSE' ? 'address in use' : e.message}`, { cause: e }));
+    };
+    server.once('error', onError);
+    server.listen(port, host, () => {
+      server.off('error', onError);
+      resolve();
+    });
+  });
+  server.on('error', (e) => log.error('server error', { message: e.message }));
+
+  const bound = (server.address() as AddressInfo).port;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${bound}`;
+
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= new Promise<void>((resolve) => {
+      const force = setTimeout(() => {
+        log.warn('closing connections still open after the grace period', { graceMs });
+        server.closeAllConnections();
+      }, graceMs);
+      force.unref();
+      server.close(() => {
+        clearTimeout(force);
+        resolve();
+      });
+      server.closeIdleConnections();
+    });
+    return closing;
+  };
+  if (opts.signal) {
+    if (opts.signal.aborted) await close();
+    else opts.signal.addEventListener('abort', () => void close(), { once: true });
+  }
+  return { url, port: bound, close };
+}
