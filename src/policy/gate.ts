@@ -1,0 +1,374 @@
+/**
+ * The gate: evaluate() decides whether one tool call may run. It is pure and synchronous: no I/O, no clock
+ * (`now` is passed in), no mutation of its input; persisted state comes back as values (planNext,
+ * breakerNext) for the engine to store.
+ *
+ * Stage order (verdicts are reported in this order, and the first refusal ends evaluation):
+ *   1. arguments  the tool exists; the arguments satisfy its input schema; path arguments are canonical
+ *                 (the engine resolved them in the sandbox beforehand, see args.ts).
+ *   2. policy     the tenant's Cedar policy (cedar.ts). Needs the plan step the call matches, so the plan
+ *                 match is *computed* before Cedar runs and *reported* as stage 3.
+ *   3. plan       while a plan is set, the call must be its next step (plan.ts).
+ *   4. approval   when a permit demanded approval: a matching, decided, unexpired, unused approval lets the
+ *                 call through; otherwise the call is parked (ask) or refused.
+ *   5. breaker    last, right before execution: an open breaker refuses the call. The call is counted towards
+ *                 the rate limit whatever the outcome (breakerNext), so a loop of refused calls trips too.
+ *   (executor)
+ *   6. result     checkResult(): the output must satisfy the tool's output schema.
+ *
+ * What the engine does around it, per call (under the session lock):
+ *   prepareArgs → canonicalize paths in the sandbox → withCanonicalPaths → evaluate →
+ *   persist breakerNext; append one audit entry per verdict →
+ *   allow: persist planNext, mark decision.approvalId used, run decision.args, checkResult, persist its
+ *          breakerNext, audit the result verdict;
+ *   ask:   store an approval {argsDigest, args, expiresAt} (or keep waiting on decision.approvalId), answer
+ *          {"decision":"pending"}; when an operator decides, evaluate again with the approval;
+ *   deny:  answer {"decision":"deny", stage, code, reason}.
+ *
+ * Breaker outcomes: evaluate records a refusal at stages 1–4 as a failure of that call (an agent retrying a
+ * refused call in a loop trips the breaker); checkResult records the executed call's outcome.
+ */
+import { InvalidStateError } from '../core/index.js';
+import { argsDigest, checkApproval } from './approval.js';
+import { isCanonicalPath } from './args.js';
+import { checkBreaker, recordCall, recordOutcome } from './breaker.js';
+import type { AuthorizeResult, PolicyEngine } from './cedar.js';
+import { matchPlan, type PlanMatch } from './plan.js';
+import { validateArgs, validateResult } from './schema.js';
+import type {
+  ApprovalRecordLike,
+  BreakerSettings,
+  BreakerState,
+  Decision,
+  DenyCode,
+  DenyDecision,
+  Plan,
+  PlanState,
+  Stage,
+  StageVerdict,
+  ToolDefinition,
+} from './types.js';
+
+export interface SessionFacts {
+  id: string;
+  tenantId: string;
+  metadata: Readonly<Record<string, string>>;
+  /** Tool calls the session made before this one. */
+  callsInSession: number;
+}
+
+export interface EvaluateInput {
+  /** The tool name the agent asked for. */
+  toolName: string;
+  /** Its definition, or undefined when the session has no such tool. */
+  tool: ToolDefinition | undefined;
+  /** The arguments with path arguments already canonicalized (withCanonicalPaths). */
+  args: unknown;
+  session: SessionFacts;
+  policy: PolicyEngine;
+  plan?: { plan: Plan; state: PlanState } | null;
+  breaker: { state: BreakerState; settings: BreakerSettings };
+  /** The approval the caller holds for this call, if any (looked up by id or by argsDigest). */
+  approval?: ApprovalRecordLike | null;
+  /** ms since the epoch. */
+  now: number;
+  /** Tool names offered to the agent, quoted when it asks for one that does not exist. */
+  availableTools?: readonly string[];
+}
+
+export interface Evaluation {
+  decision: Decision;
+  verdicts: StageVerdict[];
+  /** argsDigest(toolName, args); null when the arguments are not JSON. */
+  argsDigest: string | null;
+  /** The plan state after this call; persist it only when the decision is allow. */
+  planNext?: PlanState;
+  /** The breaker state after counting this call; persist it whatever the decision. */
+  breakerNext: BreakerState;
+}
+
+const MS_PER_HOUR = 3_600_000;
+
+function quote(s: string, max = 120): string {
+  return JSON.stringify(s.length > max ? `${s.slice(0, max)}…` : s);
+}
+
+/** `fs.write of "/etc/passwd"`, `shell.exec "rm -rf /"`, `http.request POST "https://…"`: the subject of a reason. */
+export function describeCall(tool: string, args: unknown): string {
+  if (typeof args !== 'object' || args === null) return tool;
+  const a = args as Record<string, unknown>;
+  if (typeof a.command === 'string') return `${tool} ${quote(a.command)}`;
+  if (typeof a.method === 'string' && typeof a.url === 'string') return `${tool} ${a.method} ${quote(a.url)}`;
+  if (typeof a.path === 'string') return `${tool} of ${quote(a.path)}`;
+  return tool;
+}
+
+function policyDenyReason(subject: string, tool: ToolDefinition, res: AuthorizeResult, engine: PolicyEngine): string {
+  if (res.reasons.length === 0 && res.errors.length > 0) {
+    return `${subject} could not be checked against the policy (${res.errors.join('; ')}), so it was not run; this is a configuration problem for the operator`;
+  }
+  const errored = new Set(res.erroredPolicies);
+  const parts = res.reasons.map((id) => {
+    const p = engine.policy(id);
+    if (errored.has(id)) return `policy ${quote(id)} could not be evaluated for this call and refuses it to be safe`;
+    const why = p?.annotations.reason;
+    return `it is forbidden by policy ${quote(id)}${why ? `: ${why}` : ''}`;
+  });
+  if (parts.length > 0) return `${subject} was not run: ${parts.join('; ')}`;
+  return (
+    `${subject} was not run: no policy permits ${tool.name} (risk ${tool.risk}) for this session, and calls are refused unless a ` +
+    'policy permits them. Use another tool or ask the operator'
+  );
+}
+
+/** Runs stages 1–5 for one call. Throws only on engine bugs (inconsistent input), never for a refusal. */
+export function evaluate(input: EvaluateInput): Evaluation {
+  const { toolName, tool, args, session, policy, now } = input;
+  const { settings } = input.breaker;
+  if (tool && tool.name !== toolName) throw new InvalidStateError(`tool definition ${tool.name} passed for a call to ${toolName}`);
+  const verdicts: StageVerdict[] = [];
+  const counted = recordCall(input.breaker.state, settings, now);
+  let digest: string | null = null;
+  try {
+    digest = argsDigest(toolName, args);
+  } catch {
+    digest = null;
+  }
+
+  const deny = (stage: Stage, code: DenyCode, reason: string, detail: string, data?: Record<string, unknown>): Evaluation => {
+    verdicts.push({ stage, verdict: 'deny', code, detail, ...(data ? { data } : {}) });
+    const decision: DenyDecision = { effect: 'deny', stage, code, reason };
+    const breakerNext =
+      stage === 'breaker' ? counted : recordOutcome(counted, settings, { callKey: digest ?? `${toolName}:unencodable`, tool: toolName, failed: true }, now);
+    return { decision, verdicts, argsDigest: digest, breakerNext };
+  };
+
+  // 1. arguments
+  if (!tool) {
+    const offer = input.availableTools?.length ? `; available tools: ${input.availableTools.join(', ')}` : '';
+    return deny('arguments', 'unknown_tool', `there is no tool named ${quote(toolName)}${offer}`, 'unknown tool', { tool: toolName });
+  }
+  const v = validateArgs(tool, args);
+  if (!v.ok) {
+    return deny(
+      'arguments',
+      'invalid_arguments',
+      `the arguments for ${tool.name} are invalid, so it was not run: ${v.errors.join('; ')}. Fix them and call again`,
+      'input schema refused the arguments',
+      { errors: v.errors },
+    );
+  }
+  const a = args as Record<string, unknown>;
+  for (const p of tool.pathArgs ?? []) {
+    const val = a[p];
+    if (typeof val === 'string' && !isCanonicalPath(val)) {
+      return deny(
+        'arguments',
+        'invalid_arguments',
+        `the ${p} argument of ${tool.name} (${quote(val)}) could not be resolved to a canonical path, so the call was not run`,
+        'path argument not canonicalized by the engine',
+        { argument: p },
+      );
+    }
+  }
+  if (digest === null) {
+    return deny('arguments', 'invalid_arguments', `the arguments for ${tool.name} are not plain JSON`, 'arguments not encodable');
+  }
+  verdicts.push({ stage: 'arguments', verdict: 'pass', detail: 'arguments valid', data: { argsDigest: digest } });
+
+  // Plan match first: Cedar sees context.planStep. Reported as stage 3 below.
+  const plan = input.plan ?? null;
+  const match: PlanMatch | null = plan ? matchPlan(plan.plan, plan.state, tool.name, a) : null;
+
+  // 2. policy
+  const subject = describeCall(tool.name, a);
+  const res = policy.authorize({
+    sessionId: session.id,
+    tenantId: session.tenantId,
+    metadata: session.metadata,
+    tool: tool.name,
+    risk: tool.risk,
+    args: a,
+    ...(match?.ok ? { planStep: match.stepId } : {}),
+    hourUtc: Math.floor(now / MS_PER_HOUR) % 24,
+    callsInSession: session.callsInSession,
+  });
+  if (res.decision === 'deny') {
+    return deny('policy', 'policy_denied', policyDenyReason(subject, tool, res, policy), res.reasons.length ? 'forbidden by policy' : 'no permit matched', {
+      policyIds: res.reasons,
+      ...(res.errors.length ? { errors: res.errors } : {}),
+    });
+  }
+  verdicts.push({
+    stage: 'policy',
+    verdict: 'pass',
+    detail: res.approvalRequired ? 'permitted, approval required' : 'permitted',
+    data: { policyIds: res.reasons, approvalRequired: res.approvalRequired, ...(res.errors.length ? { errors: res.errors } : {}) },
+  });
+
+  // 3. plan
+  if (!match) {
+    verdicts.push({ stage: 'plan', verdict: 'skip', detail: 'no plan set' });
+  } else if (!match.ok) {
+    return deny('plan', 'off_plan', match.reason, 'call matches no next step of the plan', { expected: match.expected });
+  } else {
+    verdicts.push({ stage: 'plan', verdict: 'pass', detail: `matches step ${match.stepId}`, data: { stepId: match.stepId } });
+  }
+
+  // 4. approval
+  let approvalId: string | undefined;
+  if (!res.approvalRequired) {
+    verdicts.push({ stage: 'approval', verdict: 'skip', detail: 'no approval required' });
+  } else {
+    const ap = input.approval ?? null;
+    const c = ap ? checkApproval(ap, tool.name, a, now) : null;
+    const ask = (reason: string, detail: string, existing?: string): Evaluation => {
+      verdicts.push({ stage: 'approval', verdict: 'ask', detail, data: { policyIds: res.reasons, ...(existing ? { approvalId: existing } : {}) } });
+      return {
+        decision: {
+          effect: 'ask',
+          argsDigest: digest as string,
+          args: a,
+          policyIds: res.reasons,
+          reason,
+          ...(existing ? { approvalId: existing } : {}),
+        },
+        verdicts,
+        argsDigest: digest,
+        breakerNext: counted,
+      };
+    };
+    const needs = `${subject} needs an operator's approval (policy ${res.reasons.filter((id) => policy.policy(id)?.approval).map((id) => quote(id)).join(', ')})`;
+    if (!ap || !c) return ask(`${needs}; it has been parked until someone decides`, 'approval required, none held');
+    switch (c.status) {
+      case 'match':
+        approvalId = ap.id;
+        verdicts.push({ stage: 'approval', verdict: 'pass', detail: `approved by ${ap.decidedBy ?? 'unknown'}`, data: { approvalId: ap.id, decidedBy: ap.decidedBy } });
+        break;
+      case 'pending':
+        return ask(`${needs}; it is still waiting for a decision`, 'approval still pending', ap.id);
+      case 'denied':
+        return deny(
+          'approval',
+          'approval_denied',
+          `${subject} was refused by ${ap.decidedBy ? `operator ${ap.decidedBy}` : 'an operator'}; do not retry it unchanged`,
+          'operator denied',
+          { approvalId: ap.id, decidedBy: ap.decidedBy },
+        );
+      case 'expired':
+        return deny(
+          'approval',
+          'approval_expired',
+          `the approval for ${subject} expired at ${new Date(c.at).toISOString()} before it was used; call again to ask for a new approval`,
+          'approval expired',
+          { approvalId: ap.id },
+        );
+      case 'used':
+        return ask(`${needs}; approval ${ap.id} was already used by an earlier run, and each approval runs once`, 'approval already used', undefined);
+      case 'mismatch':
+        return ask(`${needs}; approval ${ap.id} was given for a different ${c.field === 'tool' ? 'tool' : 'set of arguments'}`, `approval ${c.field} mismatch`, undefined);
+    }
+  }
+
+  // 5. breaker
+  const b = checkBreaker(counted, settings, now);
+  if (b.tripped) {
+    return deny(
+      'breaker',
+      'breaker_open',
+      `the circuit breaker of this session is open (${b.reason}), so no tool call runs until an operator resets it; stop and report what you were doing`,
+      `breaker open: ${b.reason}`,
+      { openedAt: b.openedAt },
+    );
+  }
+  verdicts.push({ stage: 'breaker', verdict: 'pass', detail: 'breaker closed' });
+
+  return {
+    decision: {
+      effect: 'allow',
+      args: a,
+      argsDigest: digest,
+      ...(match?.ok ? { planStepId: match.stepId } : {}),
+      ...(approvalId ? { approvalId } : {}),
+    },
+    verdicts,
+    argsDigest: digest,
+    ...(match?.ok ? { planNext: match.nextState } : {}),
+    breakerNext: counted,
+  };
+}
+
+// ---- stage 6: result -----------------------------------------------------------------------------------
+
+export interface ResultInput {
+  tool: ToolDefinition;
+  /** decision.argsDigest of the call that ran. */
+  argsDigest: string;
+  /** What the executor returned; for command tools, stdout parsed by parseCommandOutput. */
+  output: unknown;
+  /** Set when there is no usable output: stdout was not JSON or was cut at the cap, a command tool exited non-zero. */
+  outputError?: string;
+  breaker: { state: BreakerState; settings: BreakerSettings };
+  now: number;
+}
+
+export type ResultCheck =
+  | { ok: true; result: unknown; verdict: StageVerdict; /** Counts as a failure for the breaker (e.g. non-zero exit). */ failed: boolean; breakerNext: BreakerState }
+  | { ok: false; decision: DenyDecision; verdict: StageVerdict; failed: true; breakerNext: BreakerState };
+
+/** A successful run that still failed, for the breaker: shell.exec exiting non-zero or timing out. */
+function ranButFailed(tool: ToolDefinition, output: unknown): boolean {
+  if (tool.executor.kind === 'builtin' && tool.executor.name === 'shell.exec') {
+    const o = output as { exitCode?: unknown; timedOut?: unknown };
+    return o.exitCode !== 0 || o.timedOut === true;
+  }
+  return false;
+}
+
+/** Stage 6: validates the executor's output and records the call's outcome with the breaker. */
+export function checkResult(input: ResultInput): ResultCheck {
+  const { tool, output, now } = input;
+  const { state, settings } = input.breaker;
+  const outcome = (failed: boolean): BreakerState => recordOutcome(state, settings, { callKey: input.argsDigest, tool: tool.name, failed }, now);
+  const invalid = (errors: string[]): ResultCheck => {
+    const detail = `output invalid: ${errors.join('; ')}`;
+    return {
+      ok: false,
+      decision: {
+        effect: 'deny',
+        stage: 'result',
+        code: 'result_invalid',
+        reason:
+          `${tool.name} ran, but its output is not valid (${errors.join('; ')}), so no result is returned. Treat the call as failed ` +
+          'and check the state of the sandbox before retrying: it may have had effects',
+      },
+      verdict: { stage: 'result', verdict: 'deny', code: 'result_invalid', detail, data: { errors } },
+      failed: true,
+      breakerNext: outcome(true),
+    };
+  };
+  if (input.outputError !== undefined) return invalid([input.outputError]);
+  const v = validateResult(tool, output);
+  if (!v.ok) return invalid(v.errors);
+  const failed = ranButFailed(tool, output);
+  return {
+    ok: true,
+    result: output,
+    verdict: { stage: 'result', verdict: 'pass', detail: failed ? 'output valid; the call failed' : 'output valid', data: { failed } },
+    failed,
+    breakerNext: outcome(failed),
+  };
+}
+
+/**
+ * A command tool's stdout → its result. Output cut at the capture cap is refused even when what is left
+ * happens to parse: a truncated result must never look like a whole one.
+ */
+export function parseCommandOutput(stdout: string, opts: { truncated: boolean }): { ok: true; value: unknown } | { ok: false; error: string } {
+  if (opts.truncated) return { ok: false, error: 'output was truncated at the size limit' };
+  try {
+    return { ok: true, value: JSON.parse(stdout) as unknown };
+  } catch (e) {
+    return { ok: false, error: `stdout is not JSON (${(e as Error).message})` };
+  }
+}
