@@ -78,3 +78,35 @@ export interface Engine {
 
   close(): Promise<void>;
 }
+
+// ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
+
+/** A tool as an agent sees it (tools list, MCP tools/list). */
+export interface ToolView {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+  outputSchema: Record<string, unknown>;
+  risk: 'read' | 'write' | 'irreversible';
+}
+
+export type GateStage = 'arguments' | 'policy' | 'plan' | 'approval' | 'breaker' | 'result';
+
+/** The public result of a tool call (CLI `berth call --json`, HTTP, MCP). */
+export type CallResult =
+  | { decision: 'allow'; result: unknown; approvalId?: string }
+  | { decision: 'deny'; stage: GateStage; code: string; reason: string }
+  | { decision: 'pending'; approvalId: string };
+
+export interface ToolCall {
+  tool: string;
+  args: unknown;
+  /** Optional plan step id the agent claims this call is. */
+  step?: string;
+}
+
+/** What the MCP adapter and the tool routes need from the engine (implemented by engine/gate). */
+export interface ToolGateApi {
+  listTools(p: Principal, sessionId: string): Promise<ToolView[]>;
+  callTool(p: Principal, sessionId: string, call: ToolCall, opts?: CallOptions): Promise<CallResult>;
+}
