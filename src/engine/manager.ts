@@ -235,11 +235,10 @@ export class SessionManager implements Engine {
       if (r.state === 'terminated') return;
       this.audit(p, r.tenantId, id, 'session.terminate', 'ok', {});
       for (const [execId, e] of this.execs) if (e.sessionId === id) this.execs.delete(execId);
-      if (r.sandboxId) {
-        const d = this.driver(r.backend);
-        foldStats(r, await d.stats(r.sandboxId).catch(() => undefined));
-        await d.destroy(r.sandboxId, opts);
-      }
+      const d = this.driver(r.backend);
+      if (r.sandboxId) foldStats(r, await d.stats(r.sandboxId).catch(() => undefined));
+      // Also the last incarnation when hibernated: its removal may still be finishing in the background.
+      await d.destroy(r.sandboxId ?? sandboxIdFor(r.id, r.identity.generation), opts);
       // The session's own snapshots go with it, named or not, except named ones (kept for forking).
       for (const s of this.o.store.snapshots.list({ sessionId: id })) {
         if (s.kind === 'hibernation' || s.name === null) await this.removeSnapshot(s);

@@ -73,6 +73,8 @@ export class GvisorDriver implements SandboxDriver {
   private readonly live = new Map<string, Live>();
   private readonly exitListeners: Array<(id: string, reason: string) => void> = [];
   private readonly agentTimeoutMs: number;
+  /** Removals of checkpointed sandboxes still running in the background, by sandbox id. */
+  private readonly cleanups = new Map<string, Promise<void>>();
 
   constructor(private readonly opts: GvisorDriverOptions) {
     this.runsc = new Runsc({
@@ -249,14 +251,19 @@ export class GvisorDriver implements SandboxDriver {
       await this.destroy(sandboxId);
       await this.start(spec, paths, ['restore', '--detach', `--image-path=${imageDir}`], opts);
     } else {
-      // The stopped container is removed off the critical path; its id is never reused.
-      void this.destroy(sandboxId).catch((e) => this.opts.log?.(`cleanup of ${sandboxId} failed: ${(e as Error).message}`));
+      // The stopped container is removed off the critical path; a later destroy() of it waits for this.
+      const cleanup = this.destroy(sandboxId)
+        .catch((e) => this.opts.log?.(`cleanup of ${sandboxId} failed: ${(e as Error).message}`))
+        .finally(() => this.cleanups.delete(sandboxId));
+      this.cleanups.set(sandboxId, cleanup);
     }
     const file = await stat(join(imageDir, 'checkpoint.img')).catch(() => undefined);
     return { bytes: file?.size ?? 0 };
   }
 
   async destroy(sandboxId: string): Promise<void> {
+    const pending = this.cleanups.get(sandboxId);
+    if (pending) return void (await pending);
     const entry = this.live.get(sandboxId);
     if (entry) {
       entry.stopping = true;
@@ -284,6 +291,7 @@ export class GvisorDriver implements SandboxDriver {
   }
 
   async close(): Promise<void> {
+    await Promise.all(this.cleanups.values());
     for (const [, entry] of this.live) {
       entry.stopping = true;
       entry.channel.close();
