@@ -21,7 +21,7 @@ import {
   InvalidStateError,
 } from '../../core/index.js';
 import { AgentChannel } from '../agent/channel.js';
-import { freeze, readStats, thaw } from './cgroup.js';
+import { freeze, freezerState, readStats, thaw } from './cgroup.js';
 import { Runsc } from './runsc.js';
 import { ociSpec } from './spec.js';
 
@@ -194,10 +194,12 @@ export class GvisorDriver implements SandboxDriver {
 
   async adopt(spec: SandboxSpec, opts: CallOptions = {}): Promise<boolean> {
     if (this.live.has(spec.sandboxId)) return true;
-    const st = await this.runsc.state(spec.sandboxId, opts);
-    if (!st || st.status !== 'running') return false;
     if (!existsSync(join(this.dir(spec.sandboxId), 'agent.in'))) return false;
-    // A sandbox frozen when the server died stays frozen; the engine decides whether it is paused.
+    // runsc talks to the sentry to report state, and a frozen sentry never answers: thaw first. The
+    // engine re-applies pause from its record afterwards.
+    if ((await freezerState(spec.sandboxId)) !== undefined) await thaw(spec.sandboxId).catch(() => undefined);
+    const st = await this.runsc.state(spec.sandboxId, { ...opts, timeoutMs: 30_000 }).catch(() => undefined);
+    if (!st || st.status !== 'running') return false;
     try {
       await this.attach(spec.sandboxId, opts);
       return true;
@@ -206,10 +208,17 @@ export class GvisorDriver implements SandboxDriver {
     }
   }
 
-  async list(opts: CallOptions = {}): Promise<string[]> {
-    const ids = new Set((await this.runsc.list(opts)).map((c) => c.id));
-    const dirs = await readdir(join(this.opts.stateDir, 'sandboxes')).catch(() => [] as string[]);
-    for (const d of dirs) ids.add(d);
+  /**
+   * Every sandbox the state directory knows, read from runsc's state files rather than `runsc list`,
+   * which would hang on a frozen (paused) sandbox.
+   */
+  async list(): Promise<string[]> {
+    const ids = new Set<string>();
+    for (const f of await readdir(join(this.opts.stateDir, 'runsc')).catch(() => [] as string[])) {
+      const m = /^(.+)_sandbox:(.+)\.state$/.exec(f);
+      if (m) ids.add(m[2] as string);
+    }
+    for (const d of await readdir(join(this.opts.stateDir, 'sandboxes')).catch(() => [] as string[])) ids.add(d);
     return [...ids];
   }
 

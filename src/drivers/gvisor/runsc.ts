@@ -81,7 +81,7 @@ export class Runsc {
   }
 
   /** `runsc state`: undefined when the container does not exist. */
-  async state(id: string, opts: { signal?: AbortSignal } = {}): Promise<{ status: string; pid: number } | undefined> {
+  async state(id: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<{ status: string; pid: number } | undefined> {
     const r = await this.run(['state', id], { ...opts, allowFail: true });
     if (r.code !== 0) return undefined;
     try {

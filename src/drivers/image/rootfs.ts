@@ -1,6 +1,6 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { canonicalJson, sha256Hex, UnavailableError, SandboxError } from '../../core/index.js';
 import { withDirLock } from './lock.js';
@@ -54,16 +54,35 @@ export async function ensureRootfs(opts: EnsureRootfsOptions): Promise<string> {
       throw new UnavailableError('debootstrap is not installed: run `apt-get install -y debootstrap` (as root)');
     }
     const tmp = `${dir}.tmp-${process.pid}`;
-    await rm(tmp, { recursive: true, force: true });
+    await removeBuildDir(tmp);
     opts.log?.(`building base image (Debian ${recipe.suite} ${recipe.variant}) into ${dir}; this takes about a minute, once`);
     const args = [`--variant=${recipe.variant}`, `--include=${recipe.include.join(',')}`, recipe.suite, tmp, recipe.mirror];
-    await run('/usr/sbin/debootstrap', args, opts.log);
-    await postprocess(tmp);
+    try {
+      await run('/usr/sbin/debootstrap', args, opts.log);
+      await postprocess(tmp);
+    } catch (e) {
+      await removeBuildDir(tmp);
+      throw e;
+    }
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
     opts.log?.('base image ready');
     return dir;
   });
+}
+
+/**
+ * Removes a (possibly half-built) rootfs. debootstrap mounts /proc and /sys inside its target; a build
+ * interrupted mid-way leaves them mounted, and rm would fail with EBUSY, so unmount them first.
+ */
+async function removeBuildDir(dir: string): Promise<void> {
+  const mounts = (await readFile('/proc/mounts', 'utf8').catch(() => ''))
+    .split('\n')
+    .map((l) => l.split(' ')[1] ?? '')
+    .filter((m) => m === dir || m.startsWith(dir + '/'))
+    .sort((a, b) => b.length - a.length);
+  for (const m of mounts) spawnSync('umount', ['-l', m]);
+  await rm(dir, { recursive: true, force: true });
 }
 
 /** What every session's root needs beyond a plain debootstrap. */
