@@ -18,21 +18,23 @@ export interface ServeOptions {
   port: number;
   host: string;
   dataDir: string;
+  /** Where built images are cached: --image-cache, else BERTH_IMAGE_CACHE, else <dataDir>/images. */
+  imageCacheDir: string;
   logLevel: LogLevel;
 }
 
-export const SERVE_USAGE = 'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR]';
+export const SERVE_USAGE = 'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR] [--image-cache DIR]';
 
 function usage(message: string): InvalidArgumentError {
   return new InvalidArgumentError(message, { details: { usage: SERVE_USAGE } });
 }
 
 export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: string): ServeOptions {
-  let values: { port?: string; host?: string; data?: string };
+  let values: { port?: string; host?: string; data?: string; 'image-cache'?: string };
   try {
     ({ values } = parseArgs({
       args: argv,
-      options: { port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' } },
+      options: { port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' }, 'image-cache': { type: 'string' } },
       allowPositionals: false,
       strict: true,
     }));
@@ -45,14 +47,16 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
   if (host === '') throw usage('--host: must not be empty');
   const level = (env.BERTH_LOG_LEVEL ?? 'info') as LogLevel;
   if (!LOG_LEVELS.includes(level)) throw usage(`BERTH_LOG_LEVEL: must be one of ${LOG_LEVELS.join(', ')}`);
-  return { port, host, dataDir: resolve(cwd, values.data ?? env.BERTH_DATA ?? './.berth'), logLevel: level };
+  const dataDir = resolve(cwd, values.data ?? env.BERTH_DATA ?? './.berth');
+  const cache = values['image-cache'] ?? env.BERTH_IMAGE_CACHE;
+  return { port, host, dataDir, imageCacheDir: cache ? resolve(cwd, cache) : join(dataDir, 'images'), logLevel: level };
 }
 
 /** Runs until SIGINT or SIGTERM, then closes gracefully. A second signal exits at once. */
 export async function serveMain(argv: string[]): Promise<void> {
   const opts = parseServeArgs(argv, process.env, process.cwd());
   const log: Logger = createJsonLogger({ level: opts.logLevel, write: (l) => void process.stdout.write(l) });
-  const berth = await createBerth({ dataDir: opts.dataDir, log: (line: string) => log.info(line) });
+  const berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, log: (line: string) => log.info(line) });
   let server: RunningServer;
   try {
     server = await startServer({ app: createApp({ engine: berth.engine, log }), host: opts.host, port: opts.port, log });
