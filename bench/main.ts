@@ -1,0 +1,65 @@
+/**
+ * `npm run bench [-- --json] [-- --quick] [-- --only gvisor,gate,qemu]`: raw engines and Berth side by
+ * side in one run. Prints a table; with --json the last line is `{"results":[…]}`.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { createApp } from '../src/server/app.js';
+import { createBerth, packageRoot } from '../src/server/compose.js';
+import { startServer } from '../src/server/serve.js';
+import { ensureRootfs } from '../src/drivers/image/rootfs.js';
+import { Berth } from '../src/sdk/index.js';
+import { benchGate } from './gate.js';
+import { benchGvisor } from './gvisor.js';
+import { printTable, row, type Row } from './stats.js';
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  const json = args.includes('--json');
+  const quick = args.includes('--quick');
+  const onlyArg = args.find((a) => a.startsWith('--only='))?.slice(7) ?? (args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined);
+  const only = new Set((onlyArg ?? 'gate,gvisor,qemu').split(','));
+  const log = (s: string) => console.error(`[bench] ${s}`);
+  const root = packageRoot();
+  const cacheDir = join(root, '.berth', 'images');
+  const rows: Row[] = [];
+  log(`host: ${availableParallelism()} cores, load ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+
+  if (only.has('gate')) {
+    log('gate: evaluate() without the executor');
+    for (const g of await benchGate()) {
+      rows.push({ ...row(g.op, 'gate', [g.p50Ms], null, 'p99 <= 2 ms'), n: g.n, berthP95Ms: g.p99Ms, note: `p99 ${g.p99Ms} ms` });
+    }
+  }
+
+  if (only.has('gvisor') || only.has('qemu')) {
+    const dataDir = await mkdtemp(join(tmpdir(), 'berth-bench-'));
+    const backends = [...(only.has('gvisor') ? ['gvisor' as const] : []), ...(only.has('qemu') ? ['qemu' as const] : [])];
+    const side = await createBerth({ dataDir, imageCacheDir: cacheDir, backends, idleSweepMs: 0, log });
+    const http = await startServer({ app: createApp({ engine: side.engine }), port: 0 });
+    const berth = new Berth({ url: http.url, token: side.rootKey });
+    try {
+      if (only.has('gvisor') && side.engine.health().backends.gvisor?.available) {
+        const rootfs = await ensureRootfs({ cacheDir });
+        rows.push(...(await benchGvisor({ berth, rootfs, agentDir: dirname(join(root, 'dist', 'agent', 'berth-agent')), quick, snapshotsDir: join(dataDir, 'snapshots'), log })));
+      }
+      if (only.has('qemu')) {
+        const { benchQemuRows } = await import('./qemu.js');
+        rows.push(...(await benchQemuRows({ cacheDir, quick, log })));
+      }
+    } finally {
+      await http.close();
+      await side.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  printTable(rows);
+  if (json) console.log(JSON.stringify({ results: rows }));
+}
+
+main().catch((e: unknown) => {
+  console.error(`bench failed: ${(e as Error).stack ?? String(e)}`);
+  process.exit(1);
+});
