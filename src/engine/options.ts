@@ -41,10 +41,12 @@ export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): 
   }
   const backend = input.backend ?? d.backend;
   if (backend !== 'gvisor' && backend !== 'qemu') throw new InvalidArgumentError('backend: must be "gvisor" or "qemu"', { details: { field: 'backend' } });
+  // A guest kernel needs more room than gVisor's sentry: below 128 MiB Debian's kernel panics at boot.
+  const memMin = backend === 'qemu' ? 128 : LIMITS.memoryMb.min;
   return {
     backend,
     settings: {
-      memoryMb: num('memoryMb', input.memoryMb ?? d.memoryMb, LIMITS.memoryMb.min, LIMITS.memoryMb.max, true),
+      memoryMb: num('memoryMb', input.memoryMb ?? d.memoryMb, memMin, LIMITS.memoryMb.max, true),
       cpus: num('cpus', input.cpus ?? d.cpus, LIMITS.cpus.min, LIMITS.cpus.max, false),
       idleTimeoutS: num('idleTimeoutS', input.idleTimeoutS ?? d.idleTimeoutS, LIMITS.idleTimeoutS.min, LIMITS.idleTimeoutS.max, true),
       env: { ...env },

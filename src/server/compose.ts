@@ -4,6 +4,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sha256Hex, systemClock, type BackendName, type Clock, type SandboxDriver } from '../core/index.js';
 import { GvisorDriver } from '../drivers/gvisor/driver.js';
+import { QemuDriver } from '../drivers/qemu/driver.js';
 import { ensureRootfs } from '../drivers/image/rootfs.js';
 import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
 import { recover, type RecoveryReport } from '../engine/recovery.js';
@@ -72,7 +73,7 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
 
   const drivers: Partial<Record<BackendName, SandboxDriver>> = {};
   const unavailable: Partial<Record<BackendName, string>> = {};
-  for (const b of opts.backends ?? ['gvisor']) {
+  for (const b of opts.backends ?? (['gvisor', 'qemu'] as const)) {
     try {
       if (b === 'gvisor') {
         const rootfs = await ensureRootfs({ cacheDir, log });
@@ -80,7 +81,9 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
         await d.probe();
         drivers.gvisor = d;
       } else {
-        unavailable[b] = 'not built into this server yet';
+        const d = new QemuDriver({ stateDir: join(dataDir, 'qemu'), cacheDir, agentPath, log });
+        await d.probe();
+        drivers.qemu = d;
       }
     } catch (e) {
       unavailable[b] = (e as Error).message;

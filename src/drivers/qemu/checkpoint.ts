@@ -1,0 +1,83 @@
+import { open, readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type SandboxIdentity, InvalidStateError, NotFoundError, SandboxError } from '../../core/index.js';
+import type { MachineConfig } from './machine.js';
+import type { QmpClient } from './qmp.js';
+
+/**
+ * A QEMU checkpoint's image directory: the migration stream (memory and device state), the disk layer as
+ * it stood at that instant, and a manifest written last, after both are on disk. No manifest, no image.
+ */
+export const MANIFEST = 'berth-image.json';
+export const MEMORY_FILE = 'memory.bin';
+export const DISK_FILE = 'disk.qcow2';
+/** Migration speed cap lifted: QEMU's default is 128 MiB/s, made for live migration over a network. */
+export const MIGRATE_BANDWIDTH = 2 ** 40; // bytes per second
+
+/** Written into a checkpoint's image directory: what a restore must reproduce. */
+export interface ImageManifest {
+  version: 1;
+  backend: 'qemu';
+  /** The exact machine the memory image belongs to; a restore starts QEMU with these flags. */
+  config: MachineConfig;
+  memoryFile: string;
+  diskFile: string;
+  /** The sandbox and identity the image was taken from (informational). */
+  sandboxId: string;
+  identity: SandboxIdentity;
+  createdAt: string;
+}
+
+/**
+ * Runs a migration (`migrate` out to a URI, or `migrate-incoming` from one) and waits for its end; a
+ * failure carries QEMU's error-desc. On abort the migration is cancelled.
+ */
+export async function migrate(qmp: QmpClient, command: 'migrate' | 'migrate-incoming', uri: string, signal?: AbortSignal): Promise<void> {
+  const end = qmp.waitEvent('MIGRATION', (e) => ['completed', 'failed', 'cancelled'].includes(String(e.data?.status)), { signal });
+  end.catch(() => undefined);
+  try {
+    await qmp.execute(command, { uri });
+    const ev = await end;
+    if (ev.data?.status !== 'completed') {
+      const info = await qmp.execute<{ 'error-desc'?: string }>('query-migrate').catch(() => ({}) as { 'error-desc'?: string });
+      throw new SandboxError(`${command} ${String(ev.data?.status)}: ${info['error-desc'] ?? 'no detail'}`);
+    }
+  } catch (e) {
+    if (signal?.aborted && command === 'migrate') await qmp.execute('migrate_cancel').catch(() => undefined);
+    throw e;
+  }
+}
+
+export async function readManifest(imageDir: string): Promise<ImageManifest> {
+  let m: ImageManifest;
+  try {
+    m = JSON.parse(await readFile(join(imageDir, MANIFEST), 'utf8')) as ImageManifest;
+  } catch (e) {
+    throw new NotFoundError('checkpoint image', imageDir, { cause: e });
+  }
+  if (m.backend !== 'qemu') throw new InvalidStateError(`image in ${imageDir} was made by the ${String(m.backend)} backend`);
+  if (m.version !== 1) throw new InvalidStateError(`image in ${imageDir} has manifest version ${String(m.version)}`);
+  return m;
+}
+
+export function manifestText(m: ImageManifest): string {
+  return JSON.stringify(m, null, 2) + '\n';
+}
+
+export async function writeManifest(imageDir: string, text: string): Promise<void> {
+  const tmp = join(imageDir, `${MANIFEST}.tmp`);
+  await writeFile(tmp, text);
+  await fsyncFile(tmp);
+  await rename(tmp, join(imageDir, MANIFEST));
+  await fsyncFile(imageDir, 'r'); // the renames themselves
+}
+
+/** fsync: an image the engine records as written must survive a host crash. */
+export async function fsyncFile(path: string, flags = 'r+'): Promise<void> {
+  const fh = await open(path, flags);
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
