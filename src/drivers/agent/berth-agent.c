@@ -26,6 +26,9 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/random.h>
+#ifndef RNDRESEEDCRNG
+#define RNDRESEEDCRNG _IO('R', 0x07)
+#endif
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -289,17 +292,19 @@ static void fsync_parent(const char *path) {
   }
 }
 
-/* Writes data to path atomically (temporary file, fsync, rename). Returns 0 or an errno. */
-static int write_file_atomic(const char *path, const void *data, size_t n, mode_t mode) {
+/* Writes data to path atomically (temporary file, rename; with durable, fsyncs too). Returns 0 or an
+ * errno. Identity files are rewritten at every restore, so they need atomicity but not durability, and
+ * skipping fsync keeps a wake fast under TCG. */
+static int write_file_atomic(const char *path, const void *data, size_t n, mode_t mode, int durable) {
   char *tmp;
   int fd = create_tmp_beside(path, mode, &tmp);
   if (fd < 0) return -fd;
   int e = write_all(fd, data, n);
-  if (!e && fsync(fd) < 0) e = errno;
+  if (!e && durable && fsync(fd) < 0) e = errno;
   if (close(fd) < 0 && !e) e = errno;
   if (!e && rename(tmp, path) < 0) e = errno;
   if (e) unlink(tmp);
-  else fsync_parent(path);
+  else if (durable) fsync_parent(path);
   free(tmp);
   return e;
 }
@@ -1201,6 +1206,9 @@ static void mix_seed(const char *seed, size_t n) {
   info->buf_size = (int)n;
   memcpy(info->buf, seed, n);
   ioctl(fd, RNDADDENTROPY, info); /* EPERM or ENOTTY (gVisor) are fine */
+  /* Crediting entropy does not reseed a pool that is already ready (Linux >= 5.18): ask for it, so a
+   * fork branch stops sharing its parent's output even without vmgenid. */
+  ioctl(fd, RNDRESEEDCRNG);
   free(info);
   close(fd);
 }
@@ -1238,14 +1246,14 @@ static void cmd_identity(uint64_t id) {
   STEP(sethostname(host, strlen(host)) < 0 ? errno : 0, "sethostname", host);
   char text[64];
   int tn = snprintf(text, sizeof text, "%s\n", mid);
-  STEP(write_file_atomic("/etc/machine-id", text, (size_t)tn, 0444), "write", "/etc/machine-id");
+  STEP(write_file_atomic("/etc/machine-id", text, (size_t)tn, 0444, 0), "write", "/etc/machine-id");
   mix_seed(seed, seedlen);
   char dir[] = "/run/berth";
   STEP(make_dirs(dir, 1, 0755), "mkdir", "/run/berth");
   char json[256];
   int jn = snprintf(json, sizeof json, "{\"generation\":%" PRIu64 ",\"reason\":\"%s\",\"hostname\":\"%s\",\"machineId\":\"%s\"}\n",
                     gen, reason, host, mid);
-  STEP(write_file_atomic("/run/berth/resume", json, (size_t)jn, 0644), "write", "/run/berth/resume");
+  STEP(write_file_atomic("/run/berth/resume", json, (size_t)jn, 0644, 0), "write", "/run/berth/resume");
 #undef STEP
   signal_resume_pids();
   if (err) reply_err(id, err, what, where);
