@@ -43,6 +43,9 @@ export interface GvisorDriverOptions {
 
 interface Live {
   channel: AgentChannel;
+  /** The host ends of the FIFOs. close() destroys them: left open, a driver created later in the same
+   * process (a restart in tests or an embedding) would share the FIFOs with them and lose agent output. */
+  streams: Array<{ destroy(): void }>;
   /** True while the driver itself is stopping the sandbox, so its exit is not reported as a crash. */
   stopping: boolean;
 }
@@ -177,7 +180,7 @@ export class GvisorDriver implements SandboxDriver {
       output.destroy();
       throw new SandboxError(`agent in sandbox ${sandboxId} did not answer: ${(e as Error).message}`, { cause: e });
     }
-    const entry: Live = { channel, stopping: false };
+    const entry: Live = { channel, stopping: false, streams: [input, output] };
     this.live.set(sandboxId, entry);
     channel.onClose(() => {
       if (this.live.get(sandboxId) !== entry) return;
@@ -304,6 +307,7 @@ export class GvisorDriver implements SandboxDriver {
     for (const [, entry] of this.live) {
       entry.stopping = true;
       entry.channel.close();
+      for (const s of entry.streams) s.destroy();
     }
     this.live.clear();
   }
