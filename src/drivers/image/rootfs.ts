@@ -22,7 +22,7 @@ export interface RootfsRecipe {
 export const DEFAULT_ROOTFS_RECIPE: RootfsRecipe = Object.freeze({
   suite: 'bookworm',
   variant: 'minbase',
-  include: Object.freeze(['python3-minimal', 'procps', 'ca-certificates']),
+  include: Object.freeze(['python3', 'procps', 'ca-certificates']),
   mirror: 'http://deb.debian.org/debian',
 });
 
