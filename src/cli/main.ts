@@ -30,7 +30,19 @@ export const VERBS: Record<string, VerbEntry> = {
   snapshot: { summary: 'snapshot a session (or list | show | rm snapshots)', load: async () => (await import('./snapshot.js')).run },
   fork: { summary: 'start N sessions from a snapshot', load: async () => (await import('./fork.js')).run },
   tenant: { summary: 'create | list tenants (root only)', load: async () => (await import('./tenant.js')).run },
-  audit: { summary: 'query or verify the audit log', load: async () => (await import('./audit.js')).run },
+  audit: { summary: 'query, verify or export the audit log', load: async () => (await import('./audit.js')).run },
+  tools: { summary: "list a session's tools (what its agent may call)", load: async () => (await import('./tools.js')).run },
+  call: { summary: 'call a tool through the gate (exit 0 allow, 3 deny, 4 pending)', load: async () => (await import('./call.js')).run },
+  policy: { summary: "set | show the tenant's Cedar policy", load: async () => (await import('./policy.js')).run },
+  plan: { summary: "set | show | clear a session's plan", load: async () => (await import('./plan.js')).run },
+  approvals: { summary: 'list approvals', load: async () => (await import('./approvals.js')).list },
+  approve: { summary: 'approve a parked call (it runs at once)', load: async () => (await import('./approvals.js')).approve },
+  deny: { summary: 'deny a parked call', load: async () => (await import('./approvals.js')).deny },
+  breaker: { summary: "reset a session's tripped breaker", load: async () => (await import('./breaker.js')).run },
+  tool: { summary: 'define | list operator tools', load: async () => (await import('./tool.js')).run },
+  gate: { summary: "set | show a session's gate settings", load: async () => (await import('./gate.js')).run },
+  mcp: { summary: "serve a session's tools over MCP on stdio", load: async () => (await import('./mcp.js')).run },
+  demo: { summary: 'run the Plan-then-Execute scenario against the server', load: async () => (await import('./demo.js')).run },
 };
 
 function help(): string {

@@ -79,3 +79,93 @@ export interface TenantRecord {
   apiKeyHash: string;
   createdAt: number;
 }
+
+// ---- the tool gate (engine/gate.ts owns the shapes of plan, planState and breaker; src/policy checks them) ----
+
+/** A tenant's Cedar policy. Tenants without one get the default policy. */
+export interface TenantPolicyRecord {
+  tenantId: string;
+  text: string;
+  /** 1, 2, 3 … per tenant: bumped on every accepted change. */
+  version: number;
+  updatedAt: number;
+  /** `<principal kind>:<principal id>` of who set it. */
+  updatedBy: string;
+}
+
+/** An operator-defined tool of one tenant, as accepted by policy's defineTool(). */
+export interface ToolDefinitionRecord {
+  tenantId: string;
+  name: string;
+  /** The definition as JSON (name, description, schemas, risk, executor …). */
+  definition: Record<string, unknown>;
+  createdAt: number;
+  updatedAt: number;
+  updatedBy: string;
+}
+
+export interface GateSettings {
+  /** Identical failing calls in a row that trip the breaker. Default 10. */
+  breakerFailures: number;
+  /** Calls in any 60 s window beyond which the breaker trips. Default 120. */
+  breakerPerMinute: number;
+  /** Hosts http.request may reach (`host`, `host:port` or `*.domain`). Default none. */
+  httpAllow: string[];
+  /** Seconds a pending approval waits for a decision; 0 = forever. Default 3600. */
+  approvalTtlS: number;
+}
+
+/** One row per session: which tools it has, its gate settings, plan and breaker. */
+export interface SessionGateRecord {
+  sessionId: string;
+  tenantId: string;
+  /** Installed tool names; null = the default (every built-in tool). */
+  tools: string[] | null;
+  settings: GateSettings;
+  /** The plan ({objective, steps}) while one is set. */
+  plan: Record<string, unknown> | null;
+  /** Its progress ({cursor, consumed}). */
+  planState: Record<string, unknown> | null;
+  planSetAt: number | null;
+  planSetBy: string | null;
+  /** The breaker state (policy's BreakerState). */
+  breaker: Record<string, unknown>;
+  /** The breaker paused the session; a reset resumes it. */
+  pausedByBreaker: boolean;
+  /** Tool calls evaluated so far. */
+  calls: number;
+  updatedAt: number;
+}
+
+export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'expired', 'used'] as const;
+export type ApprovalStatus = (typeof APPROVAL_STATUSES)[number];
+
+/** A parked tool call waiting for (or holding) an operator's decision. */
+export interface ApprovalRecord {
+  id: string;
+  tenantId: string;
+  sessionId: string;
+  tool: string;
+  /** The checked (canonical) arguments: exactly what runs if approved. */
+  args: Record<string, unknown>;
+  /** SHA-256 of the canonical {tool, args}. */
+  argsDigest: string;
+  /** The plan step the agent named, if any. */
+  step: string | null;
+  status: ApprovalStatus;
+  /** The permit policies that asked for approval. */
+  policyIds: string[];
+  requestedBy: string;
+  createdAt: number;
+  /** null = never expires. */
+  expiresAt: number | null;
+  decidedBy: string | null;
+  decidedAt: number | null;
+  reason: string | null;
+  /** When the approved call started running (status 'used'). */
+  usedAt: number | null;
+  /** What the call answered (the public CallResult), once it ran or was refused for good. */
+  result: Record<string, unknown> | null;
+  /** When that answer was handed to the agent's repeated call; afterwards the same call asks anew. */
+  deliveredAt: number | null;
+}

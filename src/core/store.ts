@@ -1,4 +1,13 @@
-import type { SessionRecord, SnapshotRecord, TenantRecord } from './records.js';
+import type {
+  ApprovalRecord,
+  ApprovalStatus,
+  SessionGateRecord,
+  SessionRecord,
+  SnapshotRecord,
+  TenantPolicyRecord,
+  TenantRecord,
+  ToolDefinitionRecord,
+} from './records.js';
 import type { SessionState } from './state.js';
 
 /**
@@ -32,10 +41,52 @@ export interface TenantRepo {
   list(): TenantRecord[];
 }
 
+export interface PolicyRepo {
+  get(tenantId: string): TenantPolicyRecord | undefined;
+  /** Inserts or replaces the tenant's policy. */
+  put(r: TenantPolicyRecord): void;
+}
+
+export interface ToolRepo {
+  get(tenantId: string, name: string): ToolDefinitionRecord | undefined;
+  list(tenantId: string): ToolDefinitionRecord[];
+  /** Inserts or replaces (tenantId, name). */
+  put(r: ToolDefinitionRecord): void;
+}
+
+export interface SessionGateRepo {
+  get(sessionId: string): SessionGateRecord | undefined;
+  /** Inserts or replaces the session's row. */
+  put(r: SessionGateRecord): void;
+}
+
+export interface ApprovalFilter {
+  tenantId?: string;
+  sessionId?: string;
+  statuses?: readonly ApprovalStatus[];
+}
+
+export interface ApprovalRepo {
+  insert(r: ApprovalRecord): void;
+  get(id: string): ApprovalRecord | undefined;
+  /** Replaces the record (matched by id). Throws NotFoundError when absent. */
+  put(r: ApprovalRecord): void;
+  /** Oldest first. */
+  list(filter?: ApprovalFilter): ApprovalRecord[];
+  /** The newest approval of a session for one call (tool + canonical arguments). */
+  latestFor(sessionId: string, argsDigest: string): ApprovalRecord | undefined;
+  /** Pending approvals whose expiresAt is at or before `now`. */
+  expiring(now: number): ApprovalRecord[];
+}
+
 export interface Store {
   readonly sessions: SessionRepo;
   readonly snapshots: SnapshotRepo;
   readonly tenants: TenantRepo;
+  readonly policies: PolicyRepo;
+  readonly tools: ToolRepo;
+  readonly gates: SessionGateRepo;
+  readonly approvals: ApprovalRepo;
   /** Runs fn in one transaction; nested calls join the outer one. */
   transaction<T>(fn: () => T): T;
   close(): void;

@@ -15,6 +15,9 @@ import type {
   TenantRecord,
   VerifyResult,
   AuditEntry,
+  ApprovalRecord,
+  ApprovalStatus,
+  GateSettings,
 } from '../core/index.js';
 
 export interface CreateSessionInput {
@@ -77,6 +80,9 @@ export interface Engine {
   health(): { ok: boolean; backends: Record<string, { available: boolean; reason?: string }> };
 
   close(): Promise<void>;
+
+  /** The tool gate (absent in engines without one, e.g. test doubles: its routes then answer unavailable). */
+  readonly gate?: GateService;
 }
 
 // ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
@@ -109,4 +115,89 @@ export interface ToolCall {
 export interface ToolGateApi {
   listTools(p: Principal, sessionId: string): Promise<ToolView[]>;
   callTool(p: Principal, sessionId: string, call: ToolCall, opts?: CallOptions): Promise<CallResult>;
+}
+
+// ---- the gate's operator surface (implemented by engine/gate.ts; reached as engine.gate) -----------------
+
+/** A tenant's policy as the gate holds it. */
+export interface TenantPolicyInfo {
+  tenantId: string;
+  text: string;
+  /** 0 for the default policy (never set), then 1, 2, 3 … */
+  version: number;
+  isDefault: boolean;
+  updatedAt: number | null;
+  updatedBy: string | null;
+  /** SHA-256 of (Cedar schema, text): equal digests decide alike. */
+  digest: string;
+  /** Validator warnings (the policy was accepted). */
+  warnings: string[];
+}
+
+/** A tool definition of a tenant (built-in or operator-defined), as JSON. */
+export interface ToolDefinitionInfo {
+  definition: Record<string, unknown>;
+  builtin: boolean;
+  updatedAt: number | null;
+  updatedBy: string | null;
+}
+
+export interface GateInfo {
+  sessionId: string;
+  tenantId: string;
+  /** Installed tool names (the default is every built-in). */
+  tools: string[];
+  settings: GateSettings;
+  breaker: { open: boolean; trip: string | null; reason: string | null; openedAt: number | null; streakFailures: number };
+  pausedByBreaker: boolean;
+  /** Tool calls evaluated so far. */
+  calls: number;
+}
+
+export interface GateSettingsInput {
+  breaker?: { failures?: number; perMinute?: number };
+  httpAllow?: string[];
+  approvalTtlS?: number;
+}
+
+export interface PlanInfo {
+  sessionId: string;
+  plan: Record<string, unknown> | null;
+  state: Record<string, unknown> | null;
+  setAt: number | null;
+  setBy: string | null;
+}
+
+/** Options of tenant-scoped operator calls: root names the tenant (default: the default tenant). */
+export interface TenantScope {
+  tenantId?: string;
+}
+
+export interface GateService extends ToolGateApi {
+  /** Agent tokens may read their own session's approvals. */
+  getApproval(p: Principal, sessionId: string, approvalId: string): ApprovalRecord;
+  listApprovals(p: Principal, filter?: { statuses?: ApprovalStatus[]; sessionId?: string }): ApprovalRecord[];
+  /** Records the decision, then runs the approved call at once (waking the session) and stores its result. */
+  approve(p: Principal, approvalId: string): Promise<ApprovalRecord>;
+  deny(p: Principal, approvalId: string, reason: string): Promise<ApprovalRecord>;
+
+  getPolicy(p: Principal, scope?: TenantScope): TenantPolicyInfo;
+  /** Validates against the tenant's tool set; on failure throws invalid_argument and keeps the old policy. */
+  setPolicy(p: Principal, text: string, scope?: TenantScope): TenantPolicyInfo;
+  defineTool(p: Principal, definition: unknown, scope?: TenantScope): ToolDefinitionInfo;
+  listToolDefinitions(p: Principal, scope?: TenantScope): ToolDefinitionInfo[];
+
+  getGate(p: Principal, sessionId: string): Promise<GateInfo>;
+  setGate(p: Principal, sessionId: string, input: GateSettingsInput): Promise<GateInfo>;
+  installTools(p: Principal, sessionId: string, tools: string[]): Promise<GateInfo>;
+  resetBreaker(p: Principal, sessionId: string): Promise<GateInfo>;
+
+  getPlan(p: Principal, sessionId: string): Promise<PlanInfo>;
+  setPlan(p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo>;
+  clearPlan(p: Principal, sessionId: string): Promise<PlanInfo>;
+}
+
+/** An Engine that carries the gate (SessionManager does; test doubles may not). */
+export interface GatedEngine extends Engine {
+  readonly gate: GateService;
 }

@@ -30,15 +30,18 @@ import {
   type TenantRecord,
   type VerifyResult,
 } from '../core/index.js';
-import type { CreateSessionInput, Engine, SessionInfo, SessionListFilter } from './api.js';
+import type { CreateSessionInput, GatedEngine, SessionInfo, SessionListFilter } from './api.js';
+import { ToolGate, type ToolGateOptions } from './gate.js';
+import { sandboxAccess } from './sandbox-access.js';
 import { authenticate, newAgentToken, newSecret } from './auth.js';
 import { KeyedMutex, mapLimit } from './lock.js';
 import { PendingMeter, countBytes, enterState, foldStats, liveMetering, meteredExec, type PendingCounts } from './metering.js';
 import { newSessionRecord, sandboxIdFor } from './records.js';
 import { DEFAULT_SESSION, LIMITS, resolveSettings, validateDefaults, type SessionDefaults } from './options.js';
 
-/** The tenant that root-created sessions belong to unless a tenant is named. */
-export const DEFAULT_TENANT_ID = 'ten_00000000000000000000';
+import { DEFAULT_TENANT_ID } from './tenants.js';
+
+export { DEFAULT_TENANT_ID };
 
 export interface SessionManagerOptions {
   store: Store;
@@ -57,9 +60,18 @@ export interface SessionManagerOptions {
   /** Why a configured backend is unavailable (shown by health()). */
   unavailable?: Partial<Record<BackendName, string>>;
   log?: (line: string) => void;
+  /** Executor limits of the tool gate (see engine/gate.ts). */
+  gateLimits?: ToolGateOptions['limits'];
 }
 
 const SYSTEM: Principal = { kind: 'system', id: 'system', tenantId: null };
+
+/** Who asked for a lifecycle step; its final transition records it (see lifecycle()). */
+interface Actor {
+  principal: Principal;
+  action: string;
+  audited: boolean;
+}
 /** Metering and activity are flushed at most this often; state changes are written at once. */
 const FLUSH_INTERVAL_MS = 1000;
 
@@ -67,7 +79,7 @@ const FLUSH_INTERVAL_MS = 1000;
  * The engine: every operation follows lock → check state → audit → driver → transition → persist.
  * It knows sandboxes only through the SandboxDriver port and records only through the Store port.
  */
-export class SessionManager implements Engine {
+export class SessionManager implements GatedEngine {
   private readonly mutex = new KeyedMutex();
   private readonly execs = new Map<string, { sessionId: string; handle: ExecHandle }>();
   /** Sessions with at least one exec streaming: not idle. */
@@ -76,9 +88,21 @@ export class SessionManager implements Engine {
   private flushTimer: NodeJS.Timeout | undefined;
   private readonly defaults: SessionDefaults;
   private closed = false;
+  /** The tool gate: authorizes and runs every agent tool call (engine/gate.ts). */
+  readonly gate: ToolGate;
 
   constructor(private readonly o: SessionManagerOptions) {
     this.defaults = validateDefaults({ ...DEFAULT_SESSION, ...o.defaults });
+    // The gate reaches machines only through these (engine/sandbox-access.ts); they audit nothing themselves.
+    const sandboxes = sandboxAccess({
+      live: (id, opts) => this.live(SYSTEM, id, opts),
+      spawn: (id, l, req, opts) => this.spawn(id, newId('exec'), l.d, l.sandboxId, req, opts),
+      meter: (id, f) => this.bump(id, f),
+      state: (id) => this.o.store.sessions.get(id)?.state,
+      pause: (id) => this.pause(SYSTEM, id),
+      resume: (p, id) => this.resume(p, id),
+    });
+    this.gate = new ToolGate({ store: o.store, audit: o.audit, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits });
     for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason) => void this.onSandboxExit(sandboxId, reason));
     if (!o.store.tenants.get(DEFAULT_TENANT_ID)) {
       o.store.tenants.insert({ id: DEFAULT_TENANT_ID, name: 'default', apiKeyHash: sha256Hex(newSecret('btk')), createdAt: o.clock.now() });
@@ -91,8 +115,14 @@ export class SessionManager implements Engine {
     return authenticate(this.o.store, this.o.rootKeyHash, token);
   }
 
-  private requireOperator(p: Principal): void {
-    if (p.kind === 'agent') throw new AppError('forbidden', 'an agent token may only list and call its own session\'s tools');
+  /**
+   * Operator routes refuse agent tokens. With a session id, visibility comes first: an agent naming another
+   * session gets not_found (as for any id it cannot see), its own session forbidden.
+   */
+  private requireOperator(p: Principal, sessionId?: string): void {
+    if (p.kind !== 'agent') return;
+    if (sessionId !== undefined && sessionId !== p.id) throw new NotFoundError('session', sessionId);
+    throw new AppError('forbidden', 'an agent token may only list and call its own session\'s tools');
   }
 
   private visible(p: Principal, tenantId: string): boolean {
@@ -145,14 +175,26 @@ export class SessionManager implements Engine {
     }
   }
 
-  private transition(r: SessionRecord, to: SessionState, patch: Partial<SessionRecord> = {}): void {
+  /**
+   * Moves a record to a new state and writes it with its audit entry in one transaction (one commit,
+   * one fsync). `by` names who asked for it; without it the entry is the system's.
+   */
+  private transition(r: SessionRecord, to: SessionState, patch: Partial<SessionRecord> = {}, by?: Actor): void {
     assertTransition(r.state, to);
     const from = r.state;
     this.meter.apply(r);
     enterState(r, to, this.o.clock.now());
     Object.assign(r, patch);
-    this.save(r);
-    this.audit(SYSTEM, r.tenantId, r.id, 'session.state', 'ok', { from, to, ...(patch.failureReason ? { reason: patch.failureReason } : {}) });
+    const data = { from, to, ...(patch.failureReason ? { reason: patch.failureReason } : {}) };
+    this.o.store.transaction(() => {
+      this.save(r);
+      if (by) {
+        this.audit(by.principal, r.tenantId, r.id, by.action, 'ok', data);
+        by.audited = true;
+      } else {
+        this.audit(SYSTEM, r.tenantId, r.id, 'session.state', 'ok', data);
+      }
+    });
   }
 
   private audit(p: Principal, tenantId: string | null, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): AuditEntry {
@@ -223,12 +265,12 @@ export class SessionManager implements Engine {
   }
 
   async getSession(p: Principal, id: string): Promise<SessionInfo> {
-    this.requireOperator(p);
+    this.requireOperator(p, id);
     return this.info(this.record(p, id));
   }
 
   async terminateSession(p: Principal, id: string, opts: CallOptions = {}): Promise<void> {
-    this.requireOperator(p);
+    this.requireOperator(p, id);
     this.record(p, id);
     await this.mutex.run(id, async () => {
       const r = this.record(p, id);
@@ -256,7 +298,7 @@ export class SessionManager implements Engine {
 
   /** The live sandbox of a session for a command or file call; wakes a hibernated session first. */
   private async live(p: Principal, id: string, opts: CallOptions): Promise<{ r: SessionRecord; d: SandboxDriver; sandboxId: string }> {
-    this.requireOperator(p);
+    this.requireOperator(p, id);
     let r = this.record(p, id);
     if (r.state === 'hibernated' || r.state === 'hibernating' || r.state === 'waking') {
       await this.wake(p, id, opts);
@@ -276,6 +318,11 @@ export class SessionManager implements Engine {
     const { r, d, sandboxId } = await this.live(p, id, opts);
     const execId = newId('exec');
     this.audit(p, r.tenantId, id, 'session.exec', 'ok', { execId, argv: req.argv, cwd: req.cwd ?? null, timeoutMs: req.timeoutMs ?? null });
+    return { execId, handle: await this.spawn(id, execId, d, sandboxId, req, opts) };
+  }
+
+  /** Starts a command in a live sandbox, metered, and registers it under execId. */
+  private async spawn(id: string, execId: string, d: SandboxDriver, sandboxId: string, req: ExecRequest, opts: CallOptions): Promise<ExecHandle> {
     const raw = await d.exec(sandboxId, req, opts);
     this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
     const handle = meteredExec(raw, {
@@ -291,11 +338,11 @@ export class SessionManager implements Engine {
     });
     this.bump(id, { execCount: 1 });
     this.execs.set(execId, { sessionId: id, handle });
-    return { execId, handle };
+    return handle;
   }
 
   getExec(p: Principal, sessionId: string, execId: string): ExecHandle {
-    this.requireOperator(p);
+    this.requireOperator(p, sessionId);
     this.record(p, sessionId);
     const e = this.execs.get(execId);
     if (!e || e.sessionId !== sessionId) throw new NotFoundError('exec', execId);
@@ -342,26 +389,26 @@ export class SessionManager implements Engine {
   // ---- pause / resume / hibernate / wake -------------------------------------------------------------
 
   async pause(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
-    return this.lifecycle(p, id, 'session.pause', async (r) => {
+    return this.lifecycle(p, id, 'session.pause', async (r, by) => {
       assertTransition(r.state, 'paused');
       await this.driver(r.backend).pause(r.sandboxId as string, opts);
-      this.transition(r, 'paused');
+      this.transition(r, 'paused', {}, by);
     });
   }
 
   async resume(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
-    return this.lifecycle(p, id, 'session.resume', async (r) => {
+    return this.lifecycle(p, id, 'session.resume', async (r, by) => {
       if (r.state !== 'paused') throw new InvalidStateError(`session ${id} is ${r.state}, not paused`, { details: { state: r.state } });
       await this.driver(r.backend).resume(r.sandboxId as string, opts);
-      this.transition(r, 'running');
+      this.transition(r, 'running', {}, by);
     });
   }
 
   async hibernate(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
-    return this.lifecycle(p, id, 'session.hibernate', (r) => this.hibernateLocked(r, opts));
+    return this.lifecycle(p, id, 'session.hibernate', (r, by) => this.hibernateLocked(r, opts, by));
   }
 
-  private async hibernateLocked(r: SessionRecord, opts: CallOptions): Promise<void> {
+  private async hibernateLocked(r: SessionRecord, opts: CallOptions, by?: Actor): Promise<void> {
     assertTransition(r.state, 'hibernating');
     const d = this.driver(r.backend);
     const sandboxId = r.sandboxId as string;
@@ -390,17 +437,17 @@ export class SessionManager implements Engine {
       sizeBytes: await this.o.snapshots.sizeBytes(snapshotId),
       createdAt: this.o.clock.now(),
     });
-    this.transition(r, 'hibernated', { sandboxId: null });
+    this.transition(r, 'hibernated', { sandboxId: null }, by);
   }
 
   async wake(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
-    return this.lifecycle(p, id, 'session.wake', async (r) => {
+    return this.lifecycle(p, id, 'session.wake', async (r, by) => {
       if (r.state === 'running') return; // a transparent wake raced with another: nothing to do
-      await this.wakeLocked(r, opts);
+      await this.wakeLocked(r, opts, by);
     });
   }
 
-  private async wakeLocked(r: SessionRecord, opts: CallOptions): Promise<void> {
+  private async wakeLocked(r: SessionRecord, opts: CallOptions, by?: Actor): Promise<void> {
     if (r.state !== 'hibernated' || !r.hibernationSnapshotId) {
       throw new InvalidStateError(`session ${r.id} is ${r.state}, not hibernated`, { details: { state: r.state } });
     }
@@ -416,20 +463,24 @@ export class SessionManager implements Engine {
       this.transition(r, 'hibernated', { sandboxId: null });
       throw e;
     }
-    this.transition(r, 'running', { identity, hibernationSnapshotId: null, lastActivityAt: this.o.clock.now() });
+    this.transition(r, 'running', { identity, hibernationSnapshotId: null, lastActivityAt: this.o.clock.now() }, by);
     const rec = this.o.store.snapshots.get(snap);
     if (rec) await this.removeSnapshot(rec);
   }
 
-  /** Runs a lifecycle step under the session lock, audited, and returns the fresh view. */
-  private async lifecycle(p: Principal, id: string, action: string, fn: (r: SessionRecord) => Promise<void>): Promise<SessionInfo> {
-    this.requireOperator(p);
+  /**
+   * Runs a lifecycle step under the session lock and returns the fresh view. The step passes `by` to its
+   * final transition, which then carries the caller's audit entry; a step without one is audited here.
+   */
+  private async lifecycle(p: Principal, id: string, action: string, fn: (r: SessionRecord, by: Actor) => Promise<void>): Promise<SessionInfo> {
+    this.requireOperator(p, id);
     this.record(p, id);
     return this.mutex.run(id, async () => {
       const r = this.record(p, id);
+      const by: Actor = { principal: p, action, audited: false };
       try {
-        await fn(r);
-        this.audit(p, r.tenantId, id, action, 'ok', {});
+        await fn(r, by);
+        if (!by.audited) this.audit(p, r.tenantId, id, action, 'ok', {});
       } catch (e) {
         this.audit(p, r.tenantId, id, action, 'error', { code: (e as AppError).code ?? 'internal', message: (e as Error).message });
         throw e;
@@ -441,7 +492,7 @@ export class SessionManager implements Engine {
   // ---- snapshots and fork ---------------------------------------------------------------------------
 
   async snapshot(p: Principal, id: string, opts: CallOptions & { name?: string } = {}): Promise<SnapshotRecord> {
-    this.requireOperator(p);
+    this.requireOperator(p, id);
     if (opts.name !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(opts.name)) {
       throw new InvalidArgumentError('name: 1-128 characters of letters, digits, ".", "_" or "-"', { details: { field: 'name' } });
     }
@@ -477,7 +528,7 @@ export class SessionManager implements Engine {
 
   private snapshotRecord(p: Principal, snapshotId: string): SnapshotRecord {
     const s = this.o.store.snapshots.get(snapshotId);
-    if (!s || s.kind !== 'named' || !this.visible(p, s.tenantId)) throw new NotFoundError('snapshot', snapshotId);
+    if (!s || s.kind !== 'named' || !this.visible(p, s.tenantId) || (p.kind === 'agent' && p.id !== s.sessionId)) throw new NotFoundError('snapshot', snapshotId);
     return s;
   }
 
@@ -489,18 +540,20 @@ export class SessionManager implements Engine {
   }
 
   async getSnapshot(p: Principal, snapshotId: string): Promise<SnapshotRecord> {
+    const s = this.snapshotRecord(p, snapshotId);
     this.requireOperator(p);
-    return this.snapshotRecord(p, snapshotId);
+    return s;
   }
 
   async deleteSnapshot(p: Principal, snapshotId: string): Promise<void> {
-    this.requireOperator(p);
     const s = this.snapshotRecord(p, snapshotId);
+    this.requireOperator(p);
     await this.removeSnapshot(s);
     this.audit(p, s.tenantId, s.sessionId, 'snapshot.delete', 'ok', { snapshotId });
   }
 
   async fork(p: Principal, snapshotId: string, count: number, opts: CallOptions = {}): Promise<Array<{ session: SessionInfo; agentToken: string }>> {
+    if (p.kind === 'agent') this.snapshotRecord(p, snapshotId);
     this.requireOperator(p);
     if (!Number.isInteger(count) || count < LIMITS.forkCount.min || count > LIMITS.forkCount.max) {
       throw new InvalidArgumentError(`count: must be an integer between ${LIMITS.forkCount.min} and ${LIMITS.forkCount.max}`, { details: { field: 'count' } });
@@ -542,7 +595,7 @@ export class SessionManager implements Engine {
   // ---- audit and health -----------------------------------------------------------------------------
 
   auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): AuditEntry[] {
-    this.requireOperator(p);
+    this.requireOperator(p, q.sessionId);
     if (q.sessionId) this.record(p, q.sessionId);
     return this.o.audit.query({ ...q, ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}) });
   }
@@ -564,6 +617,12 @@ export class SessionManager implements Engine {
 
   /** Hibernates sessions idle past their idleTimeoutS. Called by a timer; tests call it with a fake clock. */
   async sweepIdle(): Promise<string[]> {
+    // The same timer expires pending approvals past their time (the gate also checks lazily on every read).
+    try {
+      this.gate.sweepExpired();
+    } catch (e) {
+      this.o.log?.(`approval expiry sweep failed: ${(e as Error).message}`);
+    }
     const now = this.o.clock.now();
     const done: string[] = [];
     for (const r0 of this.o.store.sessions.list({ states: ['running'] })) {

@@ -4,3 +4,4 @@ export * from './validate.js';
 export * from './errors.js';
 export * from './views.js';
 export * from './exec.js';
+export * from './gate.js';

@@ -31,6 +31,7 @@ import type { SessionState } from '../core/state.js';
 import { DEFAULT_URL, resolveEnv } from './env.js';
 import { Transport, type ResolvedClientOptions } from './http.js';
 import { Session, type CallOpts } from './session.js';
+import { ApprovalsApi, GateApi, PlansApi, PolicyApi, ToolsApi } from './gate.js';
 
 export interface BerthOptions {
   /** Server base URL. Default 'http://127.0.0.1:7070' (Berth.fromEnv: $BERTH_URL). */
@@ -81,6 +82,12 @@ export class Berth {
   readonly snapshots: SnapshotsApi;
   readonly tenants: TenantsApi;
   readonly audit: AuditApi;
+  /** The tool gate: tools and calls (agent tokens too), approvals, policy, plans, gate settings. */
+  readonly tools: ToolsApi;
+  readonly approvals: ApprovalsApi;
+  readonly policy: PolicyApi;
+  readonly plans: PlansApi;
+  readonly gate: GateApi;
   private readonly t: Transport;
 
   constructor(opts: BerthOptions = {}) {
@@ -90,6 +97,11 @@ export class Berth {
     this.snapshots = new SnapshotsApi(this.t);
     this.tenants = new TenantsApi(this.t);
     this.audit = new AuditApi(this.t);
+    this.tools = new ToolsApi(this.t);
+    this.approvals = new ApprovalsApi(this.t);
+    this.policy = new PolicyApi(this.t);
+    this.plans = new PlansApi(this.t);
+    this.gate = new GateApi(this.t);
   }
 
   /** Options from BERTH_URL, BERTH_TOKEN / $BERTH_DATA/root.key; `overrides` win. */

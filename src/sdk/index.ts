@@ -5,3 +5,6 @@ export type { BytesSource } from './streams.js';
 export { resolveEnv, DEFAULT_URL, type EnvResolution } from './env.js';
 export { AppError, isAppError, ERROR_CODES, type ErrorCode } from '../core/errors.js';
 export type * from '../protocol/types.js';
+export { ToolsApi, ApprovalsApi, PolicyApi, PlansApi, GateApi, type TenantOpts } from './gate.js';
+export type * from '../protocol/gate.js';
+export type { ApprovalStatus } from '../core/records.js';

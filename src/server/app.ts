@@ -9,10 +9,13 @@ import type { Engine } from '../engine/api.js';
 import { EXEC_HEARTBEAT_MS, type HealthView } from '../protocol/index.js';
 import type { Env, RouteDeps } from './context.js';
 import { silentLogger, type Logger } from './log.js';
+import { mcpRoutes } from './mcp-http.js';
 import { bearerAuth, errorHandler, notFound, requestContext } from './middleware.js';
 import { auditRoutes } from './routes/audit.js';
 import { execRoutes } from './routes/exec.js';
 import { fileRoutes } from './routes/files.js';
+import { gateRoutes } from './routes/gate.js';
+import { gateAdminRoutes } from './routes/gate-admin.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { snapshotRoutes } from './routes/snapshots.js';
 import { tenantRoutes } from './routes/tenants.js';
@@ -40,7 +43,7 @@ export function createApp(opts: AppOptions): Hono<Env> {
   });
 
   app.use('/v1/*', bearerAuth(deps.engine));
-  for (const routes of [sessionRoutes, execRoutes, fileRoutes, snapshotRoutes, tenantRoutes, auditRoutes]) {
+  for (const routes of [sessionRoutes, execRoutes, fileRoutes, snapshotRoutes, tenantRoutes, auditRoutes, mcpRoutes, gateRoutes, gateAdminRoutes]) {
     app.route('/v1', routes(deps));
   }
 

@@ -54,6 +54,11 @@ export async function readJson<S extends z.ZodType>(c: Ctx, schema: S): Promise<
   return parseInput(schema, value, 'body');
 }
 
+/** The body as UTF-8 text (at most `limit` bytes, default LIMITS.jsonBodyBytes), for non-JSON bodies such as a Cedar policy. */
+export function readText(c: Ctx, limit: number = LIMITS.jsonBodyBytes): Promise<string> {
+  return readBodyText(c.req.raw, limit);
+}
+
 async function readBodyText(req: Request, limit: number): Promise<string> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
   if (declared > limit) throw tooLarge(limit);

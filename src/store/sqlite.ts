@@ -3,8 +3,9 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { AppError, ConfigError, NotFoundError } from '../core/errors.js';
 import type { SessionRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
 import { systemClock } from '../core/store.js';
-import type { Clock, SessionFilter, SessionRepo, SnapshotRepo, Store, TenantRepo } from '../core/store.js';
+import type { ApprovalRepo, Clock, PolicyRepo, SessionFilter, SessionGateRepo, SessionRepo, SnapshotRepo, Store, TenantRepo, ToolRepo } from '../core/store.js';
 import { SqliteAuditLog, anchorPathFor } from './audit.js';
+import { SqliteApprovalRepo, SqlitePolicyRepo, SqliteSessionGateRepo, SqliteToolRepo } from './gate-repos.js';
 import { applyMigrations } from './migrations.js';
 import { translateSqliteError } from './sqlite-errors.js';
 
@@ -265,6 +266,10 @@ export class SqliteStore implements Store {
   readonly sessions: SessionRepo;
   readonly snapshots: SnapshotRepo;
   readonly tenants: TenantRepo;
+  readonly policies: PolicyRepo;
+  readonly tools: ToolRepo;
+  readonly gates: SessionGateRepo;
+  readonly approvals: ApprovalRepo;
   readonly audit: SqliteAuditLog;
   readonly #db: BetterSqlite3.Database;
   readonly #tx: BetterSqlite3.Transaction<(fn: () => unknown) => unknown>;
@@ -276,6 +281,10 @@ export class SqliteStore implements Store {
     this.sessions = new SqliteSessionRepo(parts.db);
     this.snapshots = new SqliteSnapshotRepo(parts.db);
     this.tenants = new SqliteTenantRepo(parts.db);
+    this.policies = new SqlitePolicyRepo(parts.db);
+    this.tools = new SqliteToolRepo(parts.db);
+    this.gates = new SqliteSessionGateRepo(parts.db);
+    this.approvals = new SqliteApprovalRepo(parts.db);
     const anchorPath = anchorPathFor(parts.path);
     this.audit = new SqliteAuditLog({ db: parts.db, clock: parts.clock, ...(anchorPath === undefined ? {} : { anchorPath }) });
     this.#tx = parts.db.transaction((fn: () => unknown) => fn());

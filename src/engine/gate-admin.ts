@@ -1,0 +1,236 @@
+/**
+ * The gate's operator acts: a tenant's policy and tools, a session's installed tools, gate settings, plan
+ * and breaker reset. Each is audited. Session-scoped changes run under the session's gate lock, so they
+ * never interleave with a call's read-modify-write.
+ */
+import { InvalidArgumentError, type GateSettings, type Principal, type SessionGateRecord, type SessionRecord, type TenantPolicyRecord } from '../core/index.js';
+import {
+  DEFAULT_POLICY_TEXT,
+  PolicyEngine,
+  builtinTool,
+  defineTool,
+  initialPlanState,
+  resetBreaker,
+  validatePlan,
+  type BreakerState,
+  type ToolDefinition,
+} from '../policy/index.js';
+import type { GateInfo, GateSettingsInput, PlanInfo, TenantPolicyInfo, TenantScope, ToolDefinitionInfo } from './api.js';
+import { operatorSession, tenantScope, who, type GateContext } from './gate-context.js';
+import { checkSettings } from './gate-state.js';
+
+const MAX_INSTALLED = 1000;
+
+function audit(c: GateContext, p: Principal, tenantId: string, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): void {
+  c.audit.append({ tenantId, sessionId, principal: p, action, outcome, data });
+}
+
+// ---- policy -------------------------------------------------------------------------------------------
+
+function policyInfo(tenantId: string, record: TenantPolicyRecord | null, engine: PolicyEngine): TenantPolicyInfo {
+  return {
+    tenantId,
+    text: record?.text ?? DEFAULT_POLICY_TEXT,
+    version: record?.version ?? 0,
+    isDefault: record === null,
+    updatedAt: record?.updatedAt ?? null,
+    updatedBy: record?.updatedBy ?? null,
+    digest: engine.digest,
+    warnings: [...engine.warnings],
+  };
+}
+
+export function getPolicy(c: GateContext, p: Principal, scope: TenantScope = {}): TenantPolicyInfo {
+  const tenantId = tenantScope(c, p, scope.tenantId);
+  const compiled = c.state.policy(tenantId);
+  return policyInfo(tenantId, compiled.record, compiled.engine);
+}
+
+/** Compiles against the tenant's whole tool set first: a policy that does not validate changes nothing. */
+export function setPolicy(c: GateContext, p: Principal, text: string, scope: TenantScope = {}): TenantPolicyInfo {
+  const tenantId = tenantScope(c, p, scope.tenantId);
+  if (typeof text !== 'string' || text.trim() === '') throw new InvalidArgumentError('policy: must be the Cedar text of the policy', { details: { field: 'policy' } });
+  let engine: PolicyEngine;
+  try {
+    engine = PolicyEngine.compile(text, { tools: [...c.state.tenantTools(tenantId).values()] });
+  } catch (e) {
+    const errors = (e as InvalidArgumentError).details?.errors;
+    audit(c, p, tenantId, null, 'gate.policy', 'error', { message: (e as Error).message, ...(Array.isArray(errors) ? { errors } : {}) });
+    throw e;
+  }
+  const prev = c.store.policies.get(tenantId) ?? null;
+  const record: TenantPolicyRecord = { tenantId, text, version: (prev?.version ?? 0) + 1, updatedAt: c.clock.now(), updatedBy: who(p) };
+  c.store.transaction(() => {
+    c.store.policies.put(record);
+    audit(c, p, tenantId, null, 'gate.policy', 'ok', {
+      version: record.version,
+      previousVersion: prev?.version ?? 0,
+      digest: engine.digest,
+      policyIds: engine.policies.map((x) => x.id),
+    });
+  });
+  c.state.setPolicy(tenantId, { engine, record, compileError: null });
+  return policyInfo(tenantId, record, engine);
+}
+
+// ---- tools --------------------------------------------------------------------------------------------
+
+function toolInfo(c: GateContext, tenantId: string, t: ToolDefinition): ToolDefinitionInfo {
+  const rec = builtinTool(t.name) === t ? undefined : c.store.tools.get(tenantId, t.name);
+  return {
+    definition: JSON.parse(JSON.stringify(t)) as Record<string, unknown>,
+    builtin: rec === undefined,
+    updatedAt: rec?.updatedAt ?? null,
+    updatedBy: rec?.updatedBy ?? null,
+  };
+}
+
+export function listToolDefinitions(c: GateContext, p: Principal, scope: TenantScope = {}): ToolDefinitionInfo[] {
+  const tenantId = tenantScope(c, p, scope.tenantId);
+  return [...c.state.tenantTools(tenantId).values()].map((t) => toolInfo(c, tenantId, t));
+}
+
+/**
+ * Adds or replaces an operator tool: a command run inside the sandbox with the arguments as JSON on stdin.
+ * The tenant's policy is compiled again with the new tool set; if it no longer validates the tool is refused.
+ */
+export function defineTenantTool(c: GateContext, p: Principal, definition: unknown, scope: TenantScope = {}): ToolDefinitionInfo {
+  const tenantId = tenantScope(c, p, scope.tenantId);
+  const tool = defineTool(definition);
+  if (builtinTool(tool.name)) throw new InvalidArgumentError(`tool ${JSON.stringify(tool.name)}: name is taken by a built-in tool`, { details: { tool: tool.name, field: 'name' } });
+  if (tool.executor.kind !== 'command') {
+    throw new InvalidArgumentError(`tool ${JSON.stringify(tool.name)}: executor must be {"kind":"command","argv":[…]}; built-in executors belong to the built-in tools`, {
+      details: { tool: tool.name, field: 'executor' },
+    });
+  }
+  const next = new Map(c.state.tenantTools(tenantId));
+  const replaced = next.has(tool.name);
+  next.set(tool.name, tool);
+  const current = c.state.policy(tenantId);
+  let engine: PolicyEngine;
+  try {
+    engine = PolicyEngine.compile(current.record?.text ?? DEFAULT_POLICY_TEXT, { tools: [...next.values()] });
+  } catch (e) {
+    throw new InvalidArgumentError(`tool ${JSON.stringify(tool.name)} cannot be added: the tenant's policy does not validate with it (${(e as Error).message})`, {
+      details: { tool: tool.name, field: 'definition', errors: (e as InvalidArgumentError).details?.errors ?? [] },
+    });
+  }
+  const now = c.clock.now();
+  const prev = c.store.tools.get(tenantId, tool.name);
+  const json = JSON.parse(JSON.stringify(tool)) as Record<string, unknown>;
+  c.store.transaction(() => {
+    c.store.tools.put({ tenantId, name: tool.name, definition: json, createdAt: prev?.createdAt ?? now, updatedAt: now, updatedBy: who(p) });
+    audit(c, p, tenantId, null, 'gate.tool', replaced ? 'replaced' : 'defined', { name: tool.name, risk: tool.risk, executor: json.executor });
+  });
+  c.state.replaceTools(tenantId, next, { engine, record: current.record, compileError: null });
+  return toolInfo(c, tenantId, tool);
+}
+
+// ---- per session --------------------------------------------------------------------------------------
+
+export function gateInfo(c: GateContext, r: SessionRecord, row: SessionGateRecord = c.state.row(r)): GateInfo {
+  const b = row.breaker as unknown as BreakerState;
+  return {
+    sessionId: r.id,
+    tenantId: r.tenantId,
+    tools: [...c.state.installed(row).keys()],
+    settings: { ...row.settings, httpAllow: [...row.settings.httpAllow] },
+    breaker: { open: b.open, trip: b.trip, reason: b.reason, openedAt: b.openedAt, streakFailures: b.streakFailures },
+    pausedByBreaker: row.pausedByBreaker,
+    calls: row.calls,
+  };
+}
+
+/** Runs a read-modify-write of a session's gate row under its lock. */
+async function withRow<T>(c: GateContext, p: Principal, sessionId: string, fn: (r: SessionRecord, row: SessionGateRecord) => Promise<T> | T): Promise<T> {
+  operatorSession(c, p, sessionId);
+  return c.lock.run(sessionId, async () => {
+    const r = c.store.sessions.get(sessionId) as SessionRecord;
+    return fn(r, c.state.row(r));
+  });
+}
+
+export function setGate(c: GateContext, p: Principal, sessionId: string, input: GateSettingsInput): Promise<GateInfo> {
+  if (typeof input !== 'object' || input === null) throw new InvalidArgumentError('gate settings must be an object');
+  return withRow(c, p, sessionId, (r, row) => {
+    const s: GateSettings = { ...row.settings };
+    if (input.breaker?.failures !== undefined) s.breakerFailures = input.breaker.failures;
+    if (input.breaker?.perMinute !== undefined) s.breakerPerMinute = input.breaker.perMinute;
+    if (input.httpAllow !== undefined) s.httpAllow = input.httpAllow;
+    if (input.approvalTtlS !== undefined) s.approvalTtlS = input.approvalTtlS;
+    row.settings = checkSettings(s);
+    c.store.transaction(() => {
+      c.state.save(row);
+      audit(c, p, r.tenantId, r.id, 'gate.settings', 'ok', { settings: { ...row.settings } });
+    });
+    return gateInfo(c, r, row);
+  });
+}
+
+export function installTools(c: GateContext, p: Principal, sessionId: string, tools: string[]): Promise<GateInfo> {
+  if (!Array.isArray(tools) || !tools.every((t) => typeof t === 'string') || tools.length > MAX_INSTALLED) {
+    throw new InvalidArgumentError(`tools: must be an array of at most ${MAX_INSTALLED} tool names`, { details: { field: 'tools' } });
+  }
+  return withRow(c, p, sessionId, (r, row) => {
+    const known = c.state.tenantTools(r.tenantId);
+    for (const t of tools) {
+      if (!known.has(t)) throw new InvalidArgumentError(`tools: ${JSON.stringify(t)} is not a tool of this tenant (define it first)`, { details: { field: 'tools', tool: t } });
+    }
+    row.tools = [...new Set(tools)];
+    c.store.transaction(() => {
+      c.state.save(row);
+      audit(c, p, r.tenantId, r.id, 'gate.tools', 'ok', { tools: row.tools });
+    });
+    return gateInfo(c, r, row);
+  });
+}
+
+/** Closes the breaker; a session the breaker paused is resumed. */
+export function resetSessionBreaker(c: GateContext, p: Principal, sessionId: string): Promise<GateInfo> {
+  return withRow(c, p, sessionId, async (r, row) => {
+    const was = row.breaker as unknown as BreakerState;
+    const resume = row.pausedByBreaker;
+    row.breaker = resetBreaker() as unknown as Record<string, unknown>;
+    row.pausedByBreaker = false;
+    c.store.transaction(() => {
+      c.state.save(row);
+      audit(c, p, r.tenantId, r.id, 'gate.breaker', 'reset', { wasOpen: was.open, trip: was.trip, reason: was.reason, resume });
+    });
+    const cur = c.store.sessions.get(sessionId);
+    if (resume && cur?.state === 'paused') await c.sandboxes.resume(p, sessionId);
+    return gateInfo(c, r, row);
+  });
+}
+
+export function planInfo(c: GateContext, r: SessionRecord, row: SessionGateRecord = c.state.row(r)): PlanInfo {
+  return { sessionId: r.id, plan: row.plan, state: row.planState, setAt: row.planSetAt, setBy: row.planSetBy };
+}
+
+/** Sets (or with null clears) the plan. Replacing a plan that is under way is recorded as such. */
+export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo> {
+  return withRow(c, p, sessionId, (r, row) => {
+    const previous = row.plan ? { objective: row.plan.objective ?? null, cursor: (row.planState as { cursor?: number } | null)?.cursor ?? 0 } : null;
+    if (plan === null) {
+      row.plan = null;
+      row.planState = null;
+      row.planSetAt = null;
+      row.planSetBy = null;
+    } else {
+      const checked = validatePlan(plan, { knownTools: c.state.installed(row).keys() });
+      row.plan = JSON.parse(JSON.stringify(checked)) as Record<string, unknown>;
+      row.planState = initialPlanState() as unknown as Record<string, unknown>;
+      // A strictly increasing stamp: the gate's plan cache is keyed by it.
+      row.planSetAt = Math.max(c.clock.now(), (row.planSetAt ?? 0) + 1);
+      row.planSetBy = who(p);
+    }
+    const outcome = plan === null ? 'cleared' : previous ? 'replaced' : 'set';
+    c.store.transaction(() => {
+      c.state.save(row);
+      audit(c, p, r.tenantId, r.id, 'gate.plan', outcome, {
+        previous,
+        ...(row.plan ? { objective: row.plan.objective, steps: (row.plan.steps as unknown[]).length } : {}),
+      });
+    });
+    return planInfo(c, r, row);
+  });
+}

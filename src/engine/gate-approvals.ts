@@ -1,0 +1,149 @@
+/**
+ * Approval bookkeeping: finding the approval a call holds, expiry (lazily on every read, and by the sweep),
+ * operator decisions, and handing a stored answer to the agent's repeated call. Approvals live in the store,
+ * so they survive a restart.
+ *
+ * Life of an approval: pending → approved → used (the call ran; `result` holds its answer), or pending →
+ * denied, or pending → expired (nobody decided in time: a deny). The answer of a used or expired approval is
+ * given once to the agent's identical call (`deliveredAt`); after that the same call asks anew. A denial
+ * stands for that exact call.
+ */
+import {
+  InvalidStateError,
+  canonicalJson,
+  sha256Hex,
+  type ApprovalRecord,
+  type ApprovalStatus,
+  type Principal,
+  type SessionRecord,
+} from '../core/index.js';
+import type { ApprovalRecordLike, DenyCode, Stage } from '../policy/index.js';
+import type { CallResult } from './api.js';
+import { SYSTEM, requireOperator, visibleApproval, visibleSession, type GateContext } from './gate-context.js';
+
+export const deniedView = (d: { stage: Stage; code: DenyCode; reason: string }): CallResult => ({ decision: 'deny', stage: d.stage, code: d.code, reason: d.reason });
+
+export function digestOf(v: unknown): string | null {
+  try {
+    return sha256Hex(canonicalJson(v ?? null));
+  } catch {
+    return null;
+  }
+}
+
+/** The gate's view of an approval for checkApproval(): 'used' is approved-and-spent, 'expired' a pending one past its time. */
+export function approvalLike(a: ApprovalRecord): ApprovalRecordLike {
+  const status = a.status === 'denied' ? 'denied' : a.status === 'approved' || a.status === 'used' ? 'approved' : 'pending';
+  return { id: a.id, tool: a.tool, argsDigest: a.argsDigest, status, expiresAt: a.expiresAt, decidedBy: a.decidedBy, decidedAt: a.decidedAt, usedAt: a.usedAt };
+}
+
+/** A pending approval past its time becomes expired (a deny), audited as the system's act. */
+export function expireIfDue(c: GateContext, a: ApprovalRecord, now: number): ApprovalRecord {
+  if (a.status !== 'pending' || a.expiresAt === null || now < a.expiresAt) return a;
+  const next: ApprovalRecord = {
+    ...a,
+    status: 'expired',
+    result: deniedView({
+      stage: 'approval',
+      code: 'approval_expired',
+      reason: `nobody decided on this ${a.tool} call before its approval expired at ${new Date(a.expiresAt).toISOString()}; call again to ask for a new approval`,
+    }) as Record<string, unknown>,
+  };
+  c.store.transaction(() => {
+    c.store.approvals.put(next);
+    c.audit.append({ tenantId: a.tenantId, sessionId: a.sessionId, principal: SYSTEM, action: 'approval.expire', outcome: 'expired', data: { approvalId: a.id, tool: a.tool, argsDigest: a.argsDigest } });
+  });
+  return next;
+}
+
+/** Expires every pending approval past its time; returns their ids. */
+export function sweepExpired(c: GateContext): string[] {
+  const now = c.clock.now();
+  return c.store.approvals.expiring(now).map((a) => expireIfDue(c, a, now).id);
+}
+
+/** The approval an agent's call holds: the newest for this exact call whose answer has not been handed out yet. */
+export function currentApproval(c: GateContext, sessionId: string, digest: string, now: number): ApprovalRecord | undefined {
+  const found = c.store.approvals.latestFor(sessionId, digest);
+  if (!found) return undefined;
+  const a = expireIfDue(c, found, now);
+  // Once its answer was handed out the approval is spent, except a denial, which stands for this exact call.
+  if (a.deliveredAt !== null && a.status !== 'denied') return undefined;
+  return a;
+}
+
+/** The stored answer of an approved call, once, instead of running it again; pending while it still runs. */
+export function replay(c: GateContext, r: SessionRecord, p: Principal, a: ApprovalRecord, base: Record<string, unknown>): CallResult {
+  if (a.result === null) {
+    c.audit.append({ tenantId: r.tenantId, sessionId: r.id, principal: p, action: 'tool.replay', outcome: 'pending', data: { ...base, approvalId: a.id } });
+    return { decision: 'pending', approvalId: a.id };
+  }
+  const now = c.clock.now();
+  c.store.transaction(() => {
+    c.store.approvals.put({ ...a, deliveredAt: now });
+    c.audit.append({
+      tenantId: r.tenantId,
+      sessionId: r.id,
+      principal: p,
+      action: 'tool.replay',
+      outcome: String(a.result?.decision ?? 'unknown'),
+      data: { ...base, approvalId: a.id, resultDigest: digestOf(a.result) },
+    });
+  });
+  return a.result as unknown as CallResult;
+}
+
+export function listApprovals(c: GateContext, p: Principal, filter: { statuses?: ApprovalStatus[]; sessionId?: string }): ApprovalRecord[] {
+  if (filter.sessionId !== undefined) visibleSession(c, p, filter.sessionId);
+  requireOperator(p);
+  sweepExpired(c);
+  return c.store.approvals.list({
+    ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}),
+    ...(filter.sessionId !== undefined ? { sessionId: filter.sessionId } : {}),
+    ...(filter.statuses?.length ? { statuses: filter.statuses } : {}),
+  });
+}
+
+/** An operator's decision on a pending approval, under the session's gate lock, audited with who decided. */
+export async function decideApproval(c: GateContext, p: Principal, approvalId: string, decide: (a: ApprovalRecord, now: number) => ApprovalRecord): Promise<ApprovalRecord> {
+  const a0 = visibleApproval(c, p, approvalId);
+  requireOperator(p);
+  return c.lock.run(a0.sessionId, async () => {
+    const now = c.clock.now();
+    const a = expireIfDue(c, c.store.approvals.get(approvalId) as ApprovalRecord, now);
+    if (a.status !== 'pending') throw new InvalidStateError(`approval ${approvalId} is ${a.status}, not pending`, { details: { status: a.status } });
+    const next = decide(a, now);
+    c.store.transaction(() => {
+      c.store.approvals.put(next);
+      c.audit.append({
+        tenantId: a.tenantId,
+        sessionId: a.sessionId,
+        principal: p,
+        action: 'approval.decide',
+        outcome: next.status,
+        data: { approvalId: a.id, tool: a.tool, argsDigest: a.argsDigest, decidedBy: next.decidedBy, ...(next.reason !== null ? { reason: next.reason } : {}) },
+      });
+    });
+    return next;
+  });
+}
+
+/**
+ * At start: an approved call that was running when the server stopped has no result and never will. It is
+ * answered as a failed run (it may have had effects), so the agent is not left waiting.
+ */
+export function settleInterrupted(c: GateContext): string[] {
+  const stuck = c.store.approvals.list({ statuses: ['used'] }).filter((a) => a.result === null);
+  for (const a of stuck) {
+    const result = deniedView({
+      stage: 'result',
+      code: 'result_invalid',
+      reason: `the server stopped while this approved ${a.tool} call was running, so its result is unknown; check the sandbox before retrying: it may have had effects`,
+    }) as Record<string, unknown>;
+    c.store.transaction(() => {
+      c.store.approvals.put({ ...a, result });
+      c.audit.append({ tenantId: a.tenantId, sessionId: a.sessionId, principal: SYSTEM, action: 'approval.interrupted', outcome: 'deny', data: { approvalId: a.id, tool: a.tool } });
+    });
+  }
+  return stuck.map((a) => a.id);
+}

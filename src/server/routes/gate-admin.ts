@@ -1,0 +1,142 @@
+/** The tool gate's operator routes: policy, tool definitions, approvals, plans, gate settings, breaker. */
+import { Hono } from 'hono';
+import { InvalidArgumentError } from '../../core/index.js';
+import type { GateInfo, PlanInfo, TenantPolicyInfo, ToolDefinitionInfo } from '../../engine/api.js';
+import {
+  ApprovalsQuerySchema,
+  DenyBodySchema,
+  EmptyBodySchema,
+  GateSettingsBodySchema,
+  InstallToolsBodySchema,
+  PolicyBodySchema,
+  TenantQuerySchema,
+  isoOrNull,
+  toApprovalView,
+  type ApprovalListView,
+  type ApprovalView,
+  type GateView,
+  type PlanView,
+  type PolicyView,
+  type ToolDefinitionListView,
+  type ToolDefinitionView,
+} from '../../protocol/index.js';
+import { idParam, principal, readJson, readQuery, readText, type Ctx, type Env, type RouteDeps } from '../context.js';
+import { gateOf } from './gate.js';
+
+export function toPolicyView(i: TenantPolicyInfo): PolicyView {
+  return { ...i, updatedAt: isoOrNull(i.updatedAt), warnings: [...i.warnings] };
+}
+
+export function toToolDefinitionView(i: ToolDefinitionInfo): ToolDefinitionView {
+  return { ...(i.definition as unknown as Omit<ToolDefinitionView, 'builtin' | 'updatedAt' | 'updatedBy'>), builtin: i.builtin, updatedAt: isoOrNull(i.updatedAt), updatedBy: i.updatedBy };
+}
+
+export function toGateView(g: GateInfo): GateView {
+  return {
+    sessionId: g.sessionId,
+    tenantId: g.tenantId,
+    tools: [...g.tools],
+    httpAllow: [...g.settings.httpAllow],
+    approvalTtlS: g.settings.approvalTtlS,
+    breaker: {
+      failures: g.settings.breakerFailures,
+      perMinute: g.settings.breakerPerMinute,
+      open: g.breaker.open,
+      trip: g.breaker.trip,
+      reason: g.breaker.reason,
+      openedAt: isoOrNull(g.breaker.openedAt),
+      streakFailures: g.breaker.streakFailures,
+    },
+    pausedByBreaker: g.pausedByBreaker,
+    calls: g.calls,
+  };
+}
+
+export function toPlanView(p: PlanInfo): PlanView {
+  return { sessionId: p.sessionId, plan: p.plan as PlanView['plan'], state: p.state as PlanView['state'], setAt: isoOrNull(p.setAt), setBy: p.setBy };
+}
+
+/** A JSON body of any shape (plans and tool definitions are checked by the gate, which names the bad field). */
+async function readAnyJson(c: Ctx): Promise<unknown> {
+  const text = await readText(c);
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (e) {
+    throw new InvalidArgumentError(`body: malformed JSON (${(e as Error).message})`, { details: { field: 'body' } });
+  }
+}
+
+export function gateAdminRoutes({ engine }: RouteDeps): Hono<Env> {
+  const r = new Hono<Env>();
+
+  // A text/plain (or application/cedar) body is the policy itself; a JSON body is {policy}.
+  r.put('/policy', async (c) => {
+    const q = readQuery(c, TenantQuerySchema);
+    const type = c.req.header('content-type') ?? '';
+    const text = /^application\/json\b/i.test(type) ? (await readJson(c, PolicyBodySchema)).policy : await readText(c, (1 << 20) + 1);
+    return c.json<PolicyView>(toPolicyView(gateOf(engine).setPolicy(principal(c), text, q)));
+  });
+
+  r.get('/policy', (c) => c.json<PolicyView>(toPolicyView(gateOf(engine).getPolicy(principal(c), readQuery(c, TenantQuerySchema)))));
+
+  r.post('/tools', async (c) => {
+    const q = readQuery(c, TenantQuerySchema);
+    const def = await readAnyJson(c);
+    return c.json<ToolDefinitionView>(toToolDefinitionView(gateOf(engine).defineTool(principal(c), def, q)), 201);
+  });
+
+  r.get('/tools', (c) => {
+    const list = gateOf(engine).listToolDefinitions(principal(c), readQuery(c, TenantQuerySchema));
+    return c.json<ToolDefinitionListView>({ tools: list.map(toToolDefinitionView) });
+  });
+
+  r.get('/approvals', (c) => {
+    const q = readQuery(c, ApprovalsQuerySchema);
+    const list = gateOf(engine).listApprovals(principal(c), { ...(q.state ? { statuses: q.state } : {}), ...(q.sessionId ? { sessionId: q.sessionId } : {}) });
+    return c.json<ApprovalListView>({ approvals: list.map(toApprovalView) });
+  });
+
+  r.post('/approvals/:id/approve', async (c) => {
+    const id = idParam(c, 'approval');
+    await readJson(c, EmptyBodySchema);
+    return c.json<ApprovalView>(toApprovalView(await gateOf(engine).approve(principal(c), id)));
+  });
+
+  r.post('/approvals/:id/deny', async (c) => {
+    const id = idParam(c, 'approval');
+    const body = await readJson(c, DenyBodySchema);
+    return c.json<ApprovalView>(toApprovalView(await gateOf(engine).deny(principal(c), id, body.reason)));
+  });
+
+  r.put('/sessions/:id/tools', async (c) => {
+    const id = idParam(c, 'session');
+    const body = await readJson(c, InstallToolsBodySchema);
+    return c.json<GateView>(toGateView(await gateOf(engine).installTools(principal(c), id, body.tools)));
+  });
+
+  r.get('/sessions/:id/gate', async (c) => c.json<GateView>(toGateView(await gateOf(engine).getGate(principal(c), idParam(c, 'session')))));
+
+  r.put('/sessions/:id/gate', async (c) => {
+    const id = idParam(c, 'session');
+    const body = await readJson(c, GateSettingsBodySchema);
+    return c.json<GateView>(toGateView(await gateOf(engine).setGate(principal(c), id, body)));
+  });
+
+  r.post('/sessions/:id/breaker/reset', async (c) => {
+    const id = idParam(c, 'session');
+    await readJson(c, EmptyBodySchema);
+    return c.json<GateView>(toGateView(await gateOf(engine).resetBreaker(principal(c), id)));
+  });
+
+  r.get('/sessions/:id/plan', async (c) => c.json<PlanView>(toPlanView(await gateOf(engine).getPlan(principal(c), idParam(c, 'session')))));
+
+  r.put('/sessions/:id/plan', async (c) => {
+    const id = idParam(c, 'session');
+    const plan = await readAnyJson(c);
+    return c.json<PlanView>(toPlanView(await gateOf(engine).setPlan(principal(c), id, plan)));
+  });
+
+  r.delete('/sessions/:id/plan', async (c) => c.json<PlanView>(toPlanView(await gateOf(engine).clearPlan(principal(c), idParam(c, 'session')))));
+
+  return r;
+}

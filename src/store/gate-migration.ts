@@ -1,0 +1,44 @@
+/**
+ * Migration 2: the tool gate's tables. Like v1, each row keeps the columns it is looked up by plus a JSON
+ * `data` column for the rest.
+ */
+export const V2_GATE = `
+-- One Cedar policy per tenant; a tenant without a row gets the default policy.
+CREATE TABLE tenant_policies (
+  tenant_id TEXT PRIMARY KEY,
+  text TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  updated_by TEXT NOT NULL
+) STRICT;
+
+-- Operator-defined tools, per tenant.
+CREATE TABLE tool_definitions (
+  tenant_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, name)
+) STRICT;
+
+-- Per session: installed tools, gate settings, plan and its progress, breaker state.
+CREATE TABLE session_gate (
+  session_id TEXT PRIMARY KEY,
+  tenant_id TEXT NOT NULL,
+  data TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE approvals (
+  id TEXT PRIMARY KEY,
+  tenant_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  args_digest TEXT NOT NULL,
+  status TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  expires_at INTEGER,
+  data TEXT NOT NULL
+) STRICT;
+CREATE INDEX approvals_by_tenant_status ON approvals (tenant_id, status, created_at);
+CREATE INDEX approvals_by_session_call ON approvals (session_id, args_digest, created_at);
+CREATE INDEX approvals_pending_expiry ON approvals (status, expires_at);
+`;
