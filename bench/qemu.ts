@@ -229,7 +229,8 @@ export async function benchQemuRows(o: { cacheDir: string; quick: boolean; log: 
     rawP95Ms: r.rawP95Ms,
     ratio: r.ratio,
     target: targets[r.op] ?? '',
-    note: [r.unit === 'MiB' ? 'MiB, not ms' : '', 'driver level', r.note ?? ''].filter(Boolean).join('; '),
+    ...(r.unit === 'MiB' ? { unit: 'MB' as const } : {}),
+    note: ['driver level', r.note ?? ''].filter(Boolean).join('; '),
   }));
 }
 
