@@ -19,7 +19,6 @@ const DEBIAN = {
   debootstrap: 'builds the Debian base image',
   'busybox-static': 'the microVM initramfs',
   e2fsprogs: 'mkfs.ext4 for the microVM disk',
-  cpio: 'packs the microVM initramfs',
   gcc: 'compiles the in-sandbox agent',
   'libc6-dev': 'static libc for the agent',
 };
