@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run } from '../../../test/conformance/driver-suite.js';
 import { newMachineId, type SandboxSpec } from '../../core/index.js';
 import { AGENT_PATH, IMAGE_CACHE, hasCommand, skipReason } from '../../../test/helpers/env.js';
 import { QemuDriver } from './driver.js';
@@ -51,15 +52,8 @@ if (skipReason('QEMU driver', missing)) {
     const log: string[] = [];
 
     const sh = async (id: string, script: string) => {
-      const h = await d.exec(id, { argv: ['sh', '-c', script] });
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      for await (const ev of h) {
-        if (ev.type === 'stdout') out.push(Buffer.from(ev.data));
-        else if (ev.type === 'stderr') err.push(Buffer.from(ev.data));
-      }
-      const exit = await h.wait();
-      return { out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString(), ...exit };
+      const r = await run(d, id, ['sh', '-c', script]);
+      return { ...r, out: r.stdout, err: r.stderr };
     };
     const counter = async (id: string) => Number((await sh(id, 'cat /tmp/n')).out);
 
