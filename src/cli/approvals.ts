@@ -1,7 +1,7 @@
 import type { ApprovalStatus, ApprovalView } from '../sdk/index.js';
 import { UsageError, parse, printJson, println, table, type VerbContext } from './common.js';
 
-const LIST_USAGE = 'berth approvals list [--state pending|approved|denied|expired|used[,…]] [--session ID] [--json]';
+const LIST_USAGE = 'berth approvals list [--state pending|approved|denied|expired|used|cancelled[,…]] [--session ID] [--json]';
 const APPROVE_USAGE = 'berth approve APPROVAL_ID [--json]';
 const DENY_USAGE = 'berth deny APPROVAL_ID --reason TEXT [--json]';
 

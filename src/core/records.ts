@@ -137,7 +137,23 @@ export interface SessionGateRecord {
   updatedAt: number;
 }
 
-export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'expired', 'used'] as const;
+/** The part of a session's gate row that is configuration: what a snapshot keeps and a fork branch inherits. */
+export type GateConfig = Pick<SessionGateRecord, 'tools' | 'settings' | 'plan' | 'planState' | 'planSetAt' | 'planSetBy'>;
+
+/**
+ * The gate configuration of a session as it stood when a named snapshot was taken. Fork branches of the
+ * snapshot start from it (with a closed breaker, no calls and no approvals). Deleted with its snapshot.
+ */
+export interface SnapshotGateRecord extends GateConfig {
+  snapshotId: string;
+  tenantId: string;
+  /** The session the snapshot was taken from. */
+  sessionId: string;
+  createdAt: number;
+}
+
+/** 'cancelled': still pending when its session was terminated; closed by the system, never runs. */
+export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'expired', 'used', 'cancelled'] as const;
 export type ApprovalStatus = (typeof APPROVAL_STATUSES)[number];
 
 /** A parked tool call waiting for (or holding) an operator's decision. */

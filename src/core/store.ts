@@ -3,6 +3,7 @@ import type {
   ApprovalStatus,
   SessionGateRecord,
   SessionRecord,
+  SnapshotGateRecord,
   SnapshotRecord,
   TenantPolicyRecord,
   TenantRecord,
@@ -60,6 +61,12 @@ export interface SessionGateRepo {
   put(r: SessionGateRecord): void;
 }
 
+/** Deleting a snapshot (SnapshotRepo.delete) deletes its gate copy too. */
+export interface SnapshotGateRepo {
+  get(snapshotId: string): SnapshotGateRecord | undefined;
+  insert(r: SnapshotGateRecord): void;
+}
+
 export interface ApprovalFilter {
   tenantId?: string;
   sessionId?: string;
@@ -86,6 +93,7 @@ export interface Store {
   readonly policies: PolicyRepo;
   readonly tools: ToolRepo;
   readonly gates: SessionGateRepo;
+  readonly snapshotGates: SnapshotGateRepo;
   readonly approvals: ApprovalRepo;
   /** Runs fn in one transaction; nested calls join the outer one. */
   transaction<T>(fn: () => T): T;

@@ -1,9 +1,18 @@
 /**
  * The gate's operator acts: a tenant's policy and tools, a session's installed tools, gate settings, plan
- * and breaker reset. Each is audited. Session-scoped changes run under the session's gate lock, so they
+ * and breaker reset, and the gate configuration a snapshot keeps for its fork branches. Each is audited. Session-scoped changes run under the session's gate lock, so they
  * never interleave with a call's read-modify-write.
  */
-import { InvalidArgumentError, type GateSettings, type Principal, type SessionGateRecord, type SessionRecord, type TenantPolicyRecord } from '../core/index.js';
+import {
+  InvalidArgumentError,
+  type GateSettings,
+  type Principal,
+  type SessionGateRecord,
+  type SessionRecord,
+  type SnapshotGateRecord,
+  type SnapshotRecord,
+  type TenantPolicyRecord,
+} from '../core/index.js';
 import {
   DEFAULT_POLICY_TEXT,
   PolicyEngine,
@@ -232,5 +241,43 @@ export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: u
       });
     });
     return planInfo(c, r, row);
+  });
+}
+
+// ---- snapshots and fork -------------------------------------------------------------------------------
+
+/** The session's gate configuration as it stands now, kept with a snapshot being taken of it. */
+export function snapshotGate(c: GateContext, r: SessionRecord, snapshotId: string): SnapshotGateRecord {
+  const { tools, settings, plan, planState, planSetAt, planSetBy } = c.state.row(r);
+  return { snapshotId, tenantId: r.tenantId, sessionId: r.id, tools, settings, plan, planState, planSetAt, planSetBy, createdAt: c.clock.now() };
+}
+
+/**
+ * Gives new fork branches the gate configuration kept with their snapshot: tools, settings, and the plan
+ * with its progress. The breaker starts closed, calls at 0, and no approval carries over (an approval binds
+ * one session's call). A snapshot taken before its gate copy was kept leaves the branches at the defaults.
+ * One audit entry, on the snapshot's session, names the branches.
+ */
+export function inheritGate(c: GateContext, p: Principal, snap: SnapshotRecord, branches: readonly SessionRecord[]): void {
+  const copy = c.store.snapshotGates.get(snap.id);
+  const sessions = branches.map((b) => b.id);
+  c.store.transaction(() => {
+    if (copy) {
+      for (const b of branches) {
+        const { tools, settings, plan, planState, planSetAt, planSetBy } = copy;
+        c.state.save({ ...c.state.row(b), tools, settings: { ...settings, httpAllow: [...settings.httpAllow] }, plan, planState, planSetAt, planSetBy });
+      }
+    }
+    audit(c, p, snap.tenantId, snap.sessionId, 'gate.inherit', copy ? 'ok' : 'default', {
+      snapshotId: snap.id,
+      sessions,
+      ...(copy
+        ? {
+            tools: copy.tools,
+            settings: { ...copy.settings },
+            plan: copy.plan ? { objective: copy.plan.objective ?? null, steps: (copy.plan.steps as unknown[]).length, cursor: (copy.planState as { cursor?: number } | null)?.cursor ?? 0 } : null,
+          }
+        : {}),
+    });
   });
 }

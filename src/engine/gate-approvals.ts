@@ -4,7 +4,8 @@
  * so they survive a restart.
  *
  * Life of an approval: pending → approved → used (the call ran; `result` holds its answer), or pending →
- * denied, or pending → expired (nobody decided in time: a deny). The answer of a used or expired approval is
+ * denied, or pending → expired (nobody decided in time: a deny), or pending → cancelled (its session was
+ * terminated first). The answer of a used or expired approval is
  * given once to the agent's identical call (`deliveredAt`); after that the same call asks anew. A denial
  * stands for that exact call.
  */
@@ -19,7 +20,7 @@ import {
 } from '../core/index.js';
 import type { ApprovalRecordLike, DenyCode, Stage } from '../policy/index.js';
 import type { CallResult } from './api.js';
-import { SYSTEM, requireOperator, visibleApproval, visibleSession, type GateContext } from './gate-context.js';
+import { SYSTEM, requireOperator, visibleApproval, visibleSession, who, type GateContext } from './gate-context.js';
 
 export const deniedView = (d: { stage: Stage; code: DenyCode; reason: string }): CallResult => ({ decision: 'deny', stage: d.stage, code: d.code, reason: d.reason });
 
@@ -33,7 +34,7 @@ export function digestOf(v: unknown): string | null {
 
 /** The gate's view of an approval for checkApproval(): 'used' is approved-and-spent, 'expired' a pending one past its time. */
 export function approvalLike(a: ApprovalRecord): ApprovalRecordLike {
-  const status = a.status === 'denied' ? 'denied' : a.status === 'approved' || a.status === 'used' ? 'approved' : 'pending';
+  const status = a.status === 'denied' || a.status === 'cancelled' ? 'denied' : a.status === 'approved' || a.status === 'used' ? 'approved' : 'pending';
   return { id: a.id, tool: a.tool, argsDigest: a.argsDigest, status, expiresAt: a.expiresAt, decidedBy: a.decidedBy, decidedAt: a.decidedAt, usedAt: a.usedAt };
 }
 
@@ -60,6 +61,42 @@ export function expireIfDue(c: GateContext, a: ApprovalRecord, now: number): App
 export function sweepExpired(c: GateContext): string[] {
   const now = c.clock.now();
   return c.store.approvals.expiring(now).map((a) => expireIfDue(c, a, now).id);
+}
+
+export const TERMINATED_REASON = 'session terminated';
+
+/**
+ * Closes the approvals of a session being terminated that still wait for a decision: each becomes cancelled
+ * (decided by the system), audited one entry per approval. Pending ones already past their time expire as
+ * usual instead. Meant to run inside the transaction that terminates the session; returns the cancelled ids.
+ */
+export function cancelPending(c: GateContext, sessionId: string): string[] {
+  const now = c.clock.now();
+  const pending = c.store.approvals
+    .list({ sessionId, statuses: ['pending'] })
+    .map((a) => expireIfDue(c, a, now))
+    .filter((a) => a.status === 'pending');
+  c.store.transaction(() => {
+    for (const a of pending) {
+      c.store.approvals.put({
+        ...a,
+        status: 'cancelled',
+        decidedBy: who(SYSTEM),
+        decidedAt: now,
+        reason: TERMINATED_REASON,
+        result: deniedView({ stage: 'approval', code: 'approval_denied', reason: `the session was terminated before anyone decided on this ${a.tool} call, so it will not run` }) as Record<string, unknown>,
+      });
+      c.audit.append({
+        tenantId: a.tenantId,
+        sessionId: a.sessionId,
+        principal: SYSTEM,
+        action: 'approval.cancel',
+        outcome: 'cancelled',
+        data: { approvalId: a.id, tool: a.tool, argsDigest: a.argsDigest, decidedBy: who(SYSTEM), reason: TERMINATED_REASON },
+      });
+    }
+  });
+  return pending.map((a) => a.id);
 }
 
 /** The approval an agent's call holds: the newest for this exact call whose answer has not been handed out yet. */

@@ -32,6 +32,7 @@ import {
   type Clock,
   type Principal,
   type SessionRecord,
+  type SnapshotRecord,
   type Store,
 } from '../core/index.js';
 import {
@@ -250,6 +251,9 @@ export class ToolGate implements GateService {
           }
         }
         args = withCanonicalPaths(tool, args, resolved);
+        // Resolving awaited the sandbox: the session may have been terminated meanwhile (and its approvals closed).
+        const cur = this.c.store.sessions.get(r.id)?.state;
+        if (cur === 'terminated' || cur === 'failed') throw new InvalidStateError(`session ${r.id} is ${cur}; its tools cannot be called`, { details: { state: cur } });
       }
     }
     const now = this.c.clock.now();
@@ -517,6 +521,11 @@ export class ToolGate implements GateService {
     return approvals.sweepExpired(this.c);
   }
 
+  /** Cancels the session's pending approvals; the engine calls it in the transaction that terminates the session. */
+  cancelPendingApprovals(sessionId: string): string[] {
+    return approvals.cancelPending(this.c, sessionId);
+  }
+
   listApprovals(p: Principal, filter: { statuses?: ApprovalStatus[]; sessionId?: string } = {}): ApprovalRecord[] {
     return approvals.listApprovals(this.c, p, filter);
   }
@@ -594,6 +603,18 @@ export class ToolGate implements GateService {
   }
   clearPlan(p: Principal, sessionId: string): Promise<PlanInfo> {
     return admin.setPlan(this.c, p, sessionId, null);
+  }
+
+  // ---- snapshots and fork (called by the engine) --------------------------------------------------------
+
+  /** Keeps the session's gate configuration with a snapshot; call in the transaction that inserts the snapshot. */
+  keepForSnapshot(r: SessionRecord, snapshotId: string): void {
+    this.c.store.snapshotGates.insert(admin.snapshotGate(this.c, r, snapshotId));
+  }
+
+  /** Gives fork branches (not yet running) the configuration kept with their snapshot. */
+  inheritSnapshot(p: Principal, snap: SnapshotRecord, branches: readonly SessionRecord[]): void {
+    admin.inheritGate(this.c, p, snap, branches);
   }
 }
 

@@ -285,7 +285,11 @@ export class SessionManager implements GatedEngine {
       for (const s of this.o.store.snapshots.list({ sessionId: id })) {
         if (s.kind === 'hibernation' || s.name === null) await this.removeSnapshot(s);
       }
-      this.transition(r, 'terminated', { sandboxId: null, hibernationSnapshotId: null });
+      // Its pending approvals close with it (cancelled), so none is left to approve.
+      this.o.store.transaction(() => {
+        this.gate.cancelPendingApprovals(id);
+        this.transition(r, 'terminated', { sandboxId: null, hibernationSnapshotId: null });
+      });
     });
   }
 
@@ -521,7 +525,11 @@ export class SessionManager implements GatedEngine {
         sizeBytes: await this.o.snapshots.sizeBytes(snapshotId),
         createdAt: this.o.clock.now(),
       };
-      this.o.store.snapshots.insert(out);
+      // With the gate configuration as it stands now: fork branches inherit it (ToolGate.inheritSnapshot).
+      this.o.store.transaction(() => {
+        this.o.store.snapshots.insert(out);
+        this.gate.keepForSnapshot(r, snapshotId);
+      });
     });
     return out;
   }
@@ -574,6 +582,7 @@ export class SessionManager implements GatedEngine {
       return { r, agentToken };
     });
     this.audit(p, snap.tenantId, snap.sessionId, 'snapshot.fork', 'ok', { snapshotId, sessions: branches.map((b) => b.r.id) });
+    this.gate.inheritSnapshot(p, snap, branches.map((b) => b.r));
     const results = await mapLimit(branches, this.o.forkConcurrency ?? 4, async ({ r }) => {
       throwIfAborted(opts.signal);
       await d.restore(this.spec(r, r.sandboxId as string, r.identity), dir, opts);

@@ -42,3 +42,19 @@ CREATE INDEX approvals_by_tenant_status ON approvals (tenant_id, status, created
 CREATE INDEX approvals_by_session_call ON approvals (session_id, args_digest, created_at);
 CREATE INDEX approvals_pending_expiry ON approvals (status, expires_at);
 `;
+
+/**
+ * Migration 3: the gate configuration of each named snapshot (installed tools, settings, plan and its
+ * progress), which fork branches inherit. The trigger removes it with its snapshot, whoever deletes that.
+ */
+export const V3_SNAPSHOT_GATE = `
+CREATE TABLE snapshot_gate (
+  snapshot_id TEXT PRIMARY KEY,
+  tenant_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  data TEXT NOT NULL
+) STRICT;
+
+CREATE TRIGGER snapshot_gate_follows_snapshot AFTER DELETE ON snapshots
+BEGIN DELETE FROM snapshot_gate WHERE snapshot_id = OLD.id; END;
+`;

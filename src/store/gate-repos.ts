@@ -1,11 +1,11 @@
 /**
- * The gate's repos over the tables of migration 2 (gate-migration.ts): tenant policies, operator tools,
- * per-session gate rows and approvals. Statements are prepared once, when the store opens.
+ * The gate's repos over the tables of migrations 2 and 3 (gate-migration.ts): tenant policies, operator
+ * tools, per-session gate rows, approvals and the gate copies of snapshots. Statements are prepared once, when the store opens.
  */
 import type BetterSqlite3 from 'better-sqlite3';
 import { AppError, NotFoundError } from '../core/errors.js';
-import type { ApprovalRecord, SessionGateRecord, TenantPolicyRecord, ToolDefinitionRecord } from '../core/records.js';
-import type { ApprovalFilter, ApprovalRepo, PolicyRepo, SessionGateRepo, ToolRepo } from '../core/store.js';
+import type { ApprovalRecord, SessionGateRecord, SnapshotGateRecord, TenantPolicyRecord, ToolDefinitionRecord } from '../core/records.js';
+import type { ApprovalFilter, ApprovalRepo, PolicyRepo, SessionGateRepo, SnapshotGateRepo, ToolRepo } from '../core/store.js';
 import { translateSqliteError } from './sqlite-errors.js';
 
 function parse<T>(raw: string, table: string, id: string): T {
@@ -118,6 +118,40 @@ export class SqliteSessionGateRepo implements SessionGateRepo {
       this.#put.run(sessionId, tenantId, JSON.stringify(rest));
     } catch (e) {
       translateSqliteError(e, { kind: 'session gate', id: sessionId });
+    }
+  }
+}
+
+interface SnapshotGateRow {
+  snapshot_id: string;
+  tenant_id: string;
+  session_id: string;
+  data: string;
+}
+
+/** Rows go with their snapshot: the snapshot_gate_follows_snapshot trigger deletes them. */
+export class SqliteSnapshotGateRepo implements SnapshotGateRepo {
+  readonly #get: BetterSqlite3.Statement<[string], SnapshotGateRow>;
+  readonly #insert: BetterSqlite3.Statement<[string, string, string, string]>;
+
+  constructor(db: BetterSqlite3.Database) {
+    this.#get = db.prepare('SELECT snapshot_id, tenant_id, session_id, data FROM snapshot_gate WHERE snapshot_id = ?');
+    this.#insert = db.prepare('INSERT INTO snapshot_gate (snapshot_id, tenant_id, session_id, data) VALUES (?, ?, ?, ?)');
+  }
+
+  get(snapshotId: string): SnapshotGateRecord | undefined {
+    const row = this.#get.get(snapshotId);
+    if (!row) return undefined;
+    const rest = parse<Omit<SnapshotGateRecord, 'snapshotId' | 'tenantId' | 'sessionId'>>(row.data, 'snapshot_gate', row.snapshot_id);
+    return { snapshotId: row.snapshot_id, tenantId: row.tenant_id, sessionId: row.session_id, ...rest };
+  }
+
+  insert(r: SnapshotGateRecord): void {
+    const { snapshotId, tenantId, sessionId, ...rest } = r;
+    try {
+      this.#insert.run(snapshotId, tenantId, sessionId, JSON.stringify(rest));
+    } catch (e) {
+      translateSqliteError(e, { kind: 'snapshot gate', id: snapshotId });
     }
   }
 }

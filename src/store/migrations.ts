@@ -1,6 +1,6 @@
 import type BetterSqlite3 from 'better-sqlite3';
 import { ConfigError } from '../core/errors.js';
-import { V2_GATE } from './gate-migration.js';
+import { V2_GATE, V3_SNAPSHOT_GATE } from './gate-migration.js';
 
 /**
  * Schema migrations for the embedded store: one ordered list, applied in order inside one IMMEDIATE
@@ -100,6 +100,7 @@ export function checkMigrations(list: readonly Migration[]): readonly Migration[
 export const MIGRATIONS: readonly Migration[] = checkMigrations([
   { version: 1, name: 'core_records', up: V1_CORE_RECORDS },
   { version: 2, name: 'tool_gate', up: V2_GATE },
+  { version: 3, name: 'snapshot_gate', up: V3_SNAPSHOT_GATE },
 ]);
 
 export interface MigrationResult {

@@ -5,7 +5,7 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { newId, newMachineId } from '../core/ids.js';
 import { emptyMetering } from '../core/records.js';
-import type { SessionRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
+import type { SessionRecord, SnapshotGateRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
 import { openSqliteStore, type SqliteStore } from './sqlite.js';
 
 let dir: string;
@@ -185,6 +185,33 @@ describe('snapshots', () => {
     s.snapshots.delete(y.id);
     expect(s.snapshots.get(y.id)).toBeUndefined();
     expect(s.snapshots.list().map((r) => r.id)).toEqual([x.id, z.id]);
+  });
+
+  it('keeps a gate copy per snapshot, deleted with its snapshot', () => {
+    const s = openStore();
+    const x = snapshot();
+    const y = snapshot();
+    const copy = (snapshotId: string): SnapshotGateRecord => ({
+      snapshotId,
+      tenantId: x.tenantId,
+      sessionId: x.sessionId,
+      tools: ['fs.read'],
+      settings: { breakerFailures: 3, breakerPerMinute: 60, httpAllow: ['example.com'], approvalTtlS: 0 },
+      plan: { objective: 'o', steps: [{ id: 'a', tool: 'fs.read', arguments: {} }] },
+      planState: { cursor: 1, consumed: { a: 1 } },
+      planSetAt: 5,
+      planSetBy: 'root:root',
+      createdAt: 7,
+    });
+    for (const r of [x, y]) {
+      s.snapshots.insert(r);
+      s.snapshotGates.insert(copy(r.id));
+    }
+    expect(s.snapshotGates.get(x.id)).toEqual(copy(x.id));
+    expect(() => s.snapshotGates.insert(copy(x.id))).toThrow(expect.objectContaining({ code: 'conflict' }));
+    s.snapshots.delete(x.id);
+    expect(s.snapshotGates.get(x.id)).toBeUndefined();
+    expect(s.snapshotGates.get(y.id)).toEqual(copy(y.id));
   });
 });
 

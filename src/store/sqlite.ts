@@ -3,9 +3,9 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { AppError, ConfigError, NotFoundError } from '../core/errors.js';
 import type { SessionRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
 import { systemClock } from '../core/store.js';
-import type { ApprovalRepo, Clock, PolicyRepo, SessionFilter, SessionGateRepo, SessionRepo, SnapshotRepo, Store, TenantRepo, ToolRepo } from '../core/store.js';
+import type { ApprovalRepo, Clock, PolicyRepo, SessionFilter, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, Store, TenantRepo, ToolRepo } from '../core/store.js';
 import { SqliteAuditLog, anchorPathFor } from './audit.js';
-import { SqliteApprovalRepo, SqlitePolicyRepo, SqliteSessionGateRepo, SqliteToolRepo } from './gate-repos.js';
+import { SqliteApprovalRepo, SqlitePolicyRepo, SqliteSessionGateRepo, SqliteSnapshotGateRepo, SqliteToolRepo } from './gate-repos.js';
 import { applyMigrations } from './migrations.js';
 import { translateSqliteError } from './sqlite-errors.js';
 
@@ -269,6 +269,7 @@ export class SqliteStore implements Store {
   readonly policies: PolicyRepo;
   readonly tools: ToolRepo;
   readonly gates: SessionGateRepo;
+  readonly snapshotGates: SnapshotGateRepo;
   readonly approvals: ApprovalRepo;
   readonly audit: SqliteAuditLog;
   readonly #db: BetterSqlite3.Database;
@@ -284,6 +285,7 @@ export class SqliteStore implements Store {
     this.policies = new SqlitePolicyRepo(parts.db);
     this.tools = new SqliteToolRepo(parts.db);
     this.gates = new SqliteSessionGateRepo(parts.db);
+    this.snapshotGates = new SqliteSnapshotGateRepo(parts.db);
     this.approvals = new SqliteApprovalRepo(parts.db);
     const anchorPath = anchorPathFor(parts.path);
     this.audit = new SqliteAuditLog({ db: parts.db, clock: parts.clock, ...(anchorPath === undefined ? {} : { anchorPath }) });
