@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { open, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type SandboxIdentity, InvalidStateError, NotFoundError, SandboxError } from '../../core/index.js';
@@ -45,6 +46,22 @@ export async function migrate(qmp: QmpClient, command: 'migrate' | 'migrate-inco
   } catch (e) {
     if (signal?.aborted && command === 'migrate') await qmp.execute('migrate_cancel').catch(() => undefined);
     throw e;
+  }
+}
+
+/**
+ * `cont` after a migration. QEMU emits MIGRATION completed slightly before it leaves the finish-migrate
+ * run state, and a `cont` in that window fails with "Migration is not finalized yet": retry it briefly.
+ */
+export async function contAfterMigration(qmp: QmpClient, signal?: AbortSignal): Promise<void> {
+  for (let i = 0; ; i++) {
+    try {
+      await qmp.execute('cont', undefined, signal ? { signal } : {});
+      return;
+    } catch (e) {
+      if (i >= 100 || !/not finalized/i.test((e as Error).message)) throw e;
+      await sleep(10);
+    }
   }
 }
 

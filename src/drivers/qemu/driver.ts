@@ -46,6 +46,7 @@ import {
   MANIFEST,
   MEMORY_FILE,
   MIGRATE_BANDWIDTH,
+  contAfterMigration,
   fsyncFile,
   manifestText,
   migrate,
@@ -306,7 +307,7 @@ export class QemuDriver implements SandboxDriver {
       this.live.set(spec.sandboxId, entry);
       if (o.incoming !== undefined) {
         await migrate(qmp, 'migrate-incoming', `exec:cat ${shellQuote(o.incoming)}`, signal);
-        await qmp.execute('cont');
+        await contAfterMigration(qmp, signal);
       }
       entry.channel = await AgentChannel.connect({ input: sock, output: sock, signal, timeoutMs: o.timeoutMs, helloIntervalMs: 100 }).catch(
         async (e: unknown) => {
@@ -424,7 +425,7 @@ export class QemuDriver implements SandboxDriver {
     };
     const carryOn = async () => {
       if (!running) return;
-      await live.qmp.execute('cont');
+      await contAfterMigration(live.qmp);
       this.syncClockSoon(live); // its command is also the line that ends the agent's quiescence
     };
     try {
