@@ -7,3 +7,4 @@ export * from './store.js';
 export * from './audit.js';
 export * from './canonical.js';
 export * from './snapshots.js';
+export * from './tools.js';

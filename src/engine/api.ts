@@ -87,22 +87,8 @@ export interface Engine {
 
 // ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
 
-/** A tool as an agent sees it (tools list, MCP tools/list). */
-export interface ToolView {
-  name: string;
-  description: string;
-  inputSchema: Record<string, unknown>;
-  outputSchema: Record<string, unknown>;
-  risk: 'read' | 'write' | 'irreversible';
-}
-
-export type GateStage = 'arguments' | 'policy' | 'plan' | 'approval' | 'breaker' | 'result';
-
-/** The public result of a tool call (CLI `berth call --json`, HTTP, MCP). */
-export type CallResult =
-  | { decision: 'allow'; result: unknown; approvalId?: string }
-  | { decision: 'deny'; stage: GateStage; code: string; reason: string }
-  | { decision: 'pending'; approvalId: string };
+import type { CallResult, ToolView } from '../core/index.js';
+export type { CallResult, GateStage, ToolView } from '../core/index.js';
 
 export interface ToolCall {
   tool: string;

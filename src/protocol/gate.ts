@@ -4,28 +4,19 @@
  */
 import * as z from 'zod';
 import { APPROVAL_STATUSES, type ApprovalRecord, type ApprovalStatus } from '../core/records.js';
+import type { CallResult, GateStage, ToolView } from '../core/tools.js';
 import { iso } from './views.js';
 
-export type GateStageName = 'arguments' | 'policy' | 'plan' | 'approval' | 'breaker' | 'result';
-
-/** A tool as an agent sees it. */
-export interface ToolView {
-  name: string;
-  description: string;
-  inputSchema: Record<string, unknown>;
-  outputSchema: Record<string, unknown>;
-  risk: 'read' | 'write' | 'irreversible';
-}
+/** Wire names for the gate's shared types (src/core/tools.ts). */
+export type { ToolView } from '../core/tools.js';
+export type GateStageName = GateStage;
 
 export interface ToolListView {
   tools: ToolView[];
 }
 
 /** The answer to a tool call (HTTP 200 for all three). */
-export type CallResultView =
-  | { decision: 'allow'; result: unknown; approvalId?: string }
-  | { decision: 'deny'; stage: GateStageName; code: string; reason: string }
-  | { decision: 'pending'; approvalId: string };
+export type CallResultView = CallResult;
 
 /** POST /v1/sessions/:id/tools/:name/call. */
 export interface CallBody {
