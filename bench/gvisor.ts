@@ -73,6 +73,13 @@ export async function benchGvisor(o: { berth: BerthClient; rootfs: string; agent
     const berthExecT = await sample(E, () => s0.run(['true']));
     rows.push(row('exec true (round trip)', 'gvisor', berthExecT, rawExecT, 'p50 <= 20 ms'));
 
+    // A gated tool call against the same work without the gate: what authorization costs per call.
+    o.log('gvisor: gated tool call');
+    await berth.tools.call(s0.id, 'fs.list', { path: '/root' });
+    const gated = await sample(E, () => berth.tools.call(s0.id, 'fs.list', { path: '/root' }));
+    const ungated = await sample(E, () => s0.files.list('/root'));
+    rows.push({ ...row('fs.list through the gate (raw: ungated files/list route)', 'gvisor', gated, ungated, ''), note: 'HTTP, all stages + audit' });
+
     // pause / resume
     o.log('gvisor: pause/resume');
     const rawPause: number[] = [];
