@@ -25,9 +25,15 @@ export async function thaw(sandboxId: string): Promise<void> {
 async function setFreezer(sandboxId: string, want: 'FROZEN' | 'THAWED'): Promise<void> {
   const file = path('freezer', sandboxId, 'freezer.state');
   try {
-    await writeFile(file, want);
-    // FREEZING is transient: the kernel finishes once every task has stopped.
-    for (let i = 0; i < 2000; i++) {
+    // As runc does: cgroup v1 freezes the tasks present when FROZEN is written, so a sandbox that keeps
+    // forking (a shell loop starting `sleep`) can stay FREEZING forever under load. Writing FROZEN again
+    // catches the newcomers; an occasional thaw lets a task stuck mid-fork finish. About 2 s in all.
+    for (let i = 0; i < 1000; i++) {
+      if (want === 'FROZEN' && i % 50 === 49) {
+        await writeFile(file, 'THAWED');
+        await sleep(10);
+      }
+      if (i === 0 || want === 'FROZEN') await writeFile(file, want);
       const s = (await readFile(file, 'utf8')).trim();
       if (s === want) return;
       if (i > 10) await sleep(1);
