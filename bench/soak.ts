@@ -38,7 +38,8 @@ interface SoakOptions {
 interface RunResult {
   ok: boolean;
   calls: number;
-  denied: number;
+  /** Denied calls by `stage/code`. */
+  denied: Record<string, number>;
   seconds: number;
   p50Ms: number;
   exit?: { code: number | null; signal: NodeJS.Signals | null };
@@ -107,8 +108,7 @@ const PLAN = {
 };
 
 /** One client's share of a round: gated calls on its session, a plan bound and cleared every few calls. */
-async function clientLoop(berth: Berth, sessionId: string, calls: number, seed: number, times: number[]): Promise<number> {
-  let denied = 0;
+async function clientLoop(berth: Berth, sessionId: string, calls: number, seed: number, times: number[], denials: Map<string, number>): Promise<void> {
   for (let i = 0; i < calls; i++) {
     const k = (i + seed) % 7;
     if (k === 0) await berth.plans.set(sessionId, PLAN);
@@ -117,29 +117,29 @@ async function clientLoop(berth: Berth, sessionId: string, calls: number, seed: 
     const tool = i % 3 === 2 ? 'fs.read' : 'fs.list';
     const r = await berth.tools.call(sessionId, tool, tool === 'fs.read' ? { path: '/etc/hostname' } : { path: '/root' });
     times.push(performance.now() - t0);
-    if (r.decision !== 'allow') denied++;
+    if (r.decision === 'deny') denials.set(`${r.stage}/${r.code}`, (denials.get(`${r.stage}/${r.code}`) ?? 0) + 1);
   }
-  return denied;
 }
 
-async function load(server: Server, o: SoakOptions, deadline: number): Promise<{ calls: number; denied: number; times: number[] }> {
+async function load(server: Server, o: SoakOptions, deadline: number): Promise<{ calls: number; denied: Record<string, number>; times: number[] }> {
   const berth = new Berth({ url: server.url, token: server.token });
   const times: number[] = [];
-  let denied = 0;
+  const denials = new Map<string, number>();
   const perRound = Math.ceil(o.calls / o.rounds / o.clients);
   for (let r = 0; r < o.rounds && times.length < o.calls; r++) {
     if (Date.now() > deadline) throw new Error('over the time budget');
     const sessions = await Promise.all(Array.from({ length: o.clients }, () => berth.sessions.create({ objective: 'soak', memoryMb: 256 })));
+    // The rate breaker (120 calls a minute by default) would pause the session and refuse most of the load.
+    await Promise.all(sessions.map((s) => berth.gate.set(s.id, { breaker: { perMinute: 100_000 } })));
     try {
       const left = o.calls - times.length;
       const counts = sessions.map((_, c) => Math.max(0, Math.min(perRound, left - c * perRound)));
-      const d = await Promise.all(sessions.map((s, c) => clientLoop(berth, s.id, counts[c] ?? 0, c + r, times)));
-      denied += d.reduce((a, b) => a + b, 0);
+      await Promise.all(sessions.map((s, c) => clientLoop(berth, s.id, counts[c] ?? 0, c + r, times, denials)));
     } finally {
       await Promise.all(sessions.map((s) => s.terminate().catch(() => undefined)));
     }
   }
-  return { calls: times.length, denied, times };
+  return { calls: times.length, denied: Object.fromEntries(denials), times };
 }
 
 /** After an abort the sandboxes outlive the server: a second server re-adopts them and terminates each one. */
@@ -177,14 +177,14 @@ async function oneRun(o: SoakOptions, deadline: number): Promise<RunResult> {
     } catch (e) {
       // A connection error can come a moment before the exit event; give the exit a chance to be seen.
       await Promise.race([s.exited, sleep(2000)]);
-      if (aborted) return { ok: false, calls: 0, denied: 0, seconds: (performance.now() - t0) / 1000, p50Ms: 0, exit: aborted, stderrTail: s.stderr().slice(-TAIL) };
+      if (aborted) return { ok: false, calls: 0, denied: {}, seconds: (performance.now() - t0) / 1000, p50Ms: 0, exit: aborted, stderrTail: s.stderr().slice(-TAIL) };
       throw e;
     }
     died.catch(() => undefined);
     const sorted = [...res.times].sort((a, b) => a - b);
     return { ok: true, calls: res.calls, denied: res.denied, seconds: (performance.now() - t0) / 1000, p50Ms: sorted[Math.floor(sorted.length / 2)] ?? 0 };
   } catch (e) {
-    return { ok: false, calls: 0, denied: 0, seconds: (performance.now() - t0) / 1000, p50Ms: 0, error: (e as Error).message, stderrTail: server?.stderr().slice(-TAIL) };
+    return { ok: false, calls: 0, denied: {}, seconds: (performance.now() - t0) / 1000, p50Ms: 0, error: (e as Error).message, stderrTail: server?.stderr().slice(-TAIL) };
   } finally {
     if (server && !aborted && server.child.exitCode === null && server.child.signalCode === null) {
       server.child.kill('SIGTERM');
@@ -205,7 +205,7 @@ async function main(): Promise<void> {
   for (let i = 1; i <= o.runs && Date.now() < deadline; i++) {
     const r = await oneRun(o, deadline);
     results.push(r);
-    if (r.ok) console.log(`run ${i}: ok, ${r.calls} calls (${r.denied} denied) in ${r.seconds.toFixed(1)} s, call p50 ${r.p50Ms.toFixed(1)} ms`);
+    if (r.ok) console.log(`run ${i}: ok, ${r.calls} calls (denied: ${JSON.stringify(r.denied)}) in ${r.seconds.toFixed(1)} s, call p50 ${r.p50Ms.toFixed(1)} ms`);
     else if (r.exit) console.log(`run ${i}: ABORT after ${r.seconds.toFixed(1)} s: exit code ${r.exit.code}, signal ${r.exit.signal}\n--- stderr tail ---\n${r.stderrTail ?? ''}\n---`);
     else console.log(`run ${i}: FAILED (no abort) after ${r.seconds.toFixed(1)} s: ${r.error}${r.stderrTail ? `\n--- stderr tail ---\n${r.stderrTail}\n---` : ''}`);
   }
