@@ -11,6 +11,7 @@ import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { AgentChannel } from './channel.js';
 import { type Agent, agentBin, agents, codeOf, readAll, run, spawnAgent, startAgent, stop, strayPids, useAgentHarness, work } from '../../../test/helpers/agent-harness.js';
+import { skipReason } from '../../../test/helpers/env.js';
 
 useAgentHarness();
 
@@ -86,7 +87,7 @@ describe('lifetime', () => {
   });
 
   const canPidNs = process.getuid?.() === 0 && spawnSync('unshare', ['--pid', '--fork', '--kill-child', '--mount-proc', 'true']).status === 0;
-  it.skipIf(!canPidNs)('as PID 1, reaps orphans, shrugs off SIGTERM and survives host EOF', async () => {
+  it.skipIf(skipReason('agent as PID 1', canPidNs ? undefined : 'needs root and `unshare --pid`'))('as PID 1, reaps orphans, shrugs off SIGTERM and survives host EOF', async () => {
     const b = await startAgent({ argv: ['unshare', '--pid', '--fork', '--kill-child', '--mount-proc', agentBin] });
     try {
       expect(b.ch.info.pid).toBe(1);
@@ -157,7 +158,7 @@ proc.kill()
 `;
   const hasPython = spawnSync('python3', ['-c', 'import pty']).status === 0;
 
-  it.skipIf(!hasPython)('waits for the device to appear and reopens it after a loss', async () => {
+  it.skipIf(skipReason('agent device mode', hasPython ? undefined : 'needs python3 (pty)'))('waits for the device to appear and reopens it after a loss', async () => {
     const link = join(work, 'vport');
     const b = await startAgent({ argv: ['python3', '-c', BRIDGE, link, agentBin], helloIntervalMs: 50 });
     try {
@@ -176,7 +177,7 @@ proc.kill()
 describe('identity', () => {
   const canIsolate = process.getuid?.() === 0 && spawnSync('unshare', ['--mount', '--uts', 'true']).status === 0;
 
-  it.skipIf(!canIsolate)('sets hostname, machine-id and the resume signal', async () => {
+  it.skipIf(skipReason('agent identity', canIsolate ? undefined : 'needs root and `unshare --mount --uts`'))('sets hostname, machine-id and the resume signal', async () => {
     // Private UTS and mount namespaces with /etc overlaid and /run on tmpfs, so the host is untouched.
     const ov = join(work, 'overlay');
     mkdirSync(join(ov, 'upper'), { recursive: true });
