@@ -11,7 +11,10 @@
  *   --calls N        gated calls per run, over all clients (default 7000)
  *   --clients N      concurrent clients, each with its own session per round (default 4)
  *   --rounds N       session waves per run (default 5)
- *   --node PATH      the Node binary that runs the server (default: the one running this script)
+ *   --node PATH      the Node binary that runs the server (default: the one running this script). Node 24 or
+ *                    newer: bin/berth moves an older Node onto the pinned one, and better-sqlite3 is built
+ *                    for that. To measure Node 20, run this script from a checkout whose node_modules and
+ *                    bin/berth predate the move (as the figures in the README were taken).
  *   --max-minutes M  wall-time budget for all runs (default 30); a run over budget is stopped and counted
  *
  * Exits 0 when no run aborted, 1 otherwise. Loopback only; stops by itself.
