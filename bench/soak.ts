@@ -40,6 +40,8 @@ interface SoakOptions {
 
 interface RunResult {
   ok: boolean;
+  /** The time budget ran out during the run: neither a pass nor an abort, and not counted. */
+  stopped?: boolean;
   calls: number;
   /** Denied calls by `stage/code`. */
   denied: Record<string, number>;
@@ -51,6 +53,12 @@ interface RunResult {
 }
 
 const ROOT = packageRoot();
+
+class BudgetError extends Error {
+  constructor() {
+    super('the time budget (--max-minutes) ran out');
+  }
+}
 const TAIL = 4000;
 
 function parseArgs(argv: string[]): SoakOptions {
@@ -130,7 +138,7 @@ async function load(server: Server, o: SoakOptions, deadline: number): Promise<{
   const denials = new Map<string, number>();
   const perRound = Math.ceil(o.calls / o.rounds / o.clients);
   for (let r = 0; r < o.rounds && times.length < o.calls; r++) {
-    if (Date.now() > deadline) throw new Error('over the time budget');
+    if (Date.now() > deadline) throw new BudgetError();
     const sessions = await Promise.all(Array.from({ length: o.clients }, () => berth.sessions.create({ objective: 'soak', memoryMb: 256 })));
     // The rate breaker (120 calls a minute by default) would pause the session and refuse most of the load.
     await Promise.all(sessions.map((s) => berth.gate.set(s.id, { breaker: { perMinute: 100_000 } })));
@@ -187,6 +195,7 @@ async function oneRun(o: SoakOptions, deadline: number): Promise<RunResult> {
     const sorted = [...res.times].sort((a, b) => a - b);
     return { ok: true, calls: res.calls, denied: res.denied, seconds: (performance.now() - t0) / 1000, p50Ms: sorted[Math.floor(sorted.length / 2)] ?? 0 };
   } catch (e) {
+    if (e instanceof BudgetError) return { ok: false, stopped: true, calls: 0, denied: {}, seconds: (performance.now() - t0) / 1000, p50Ms: 0 };
     return { ok: false, calls: 0, denied: {}, seconds: (performance.now() - t0) / 1000, p50Ms: 0, error: (e as Error).message, stderrTail: server?.stderr().slice(-TAIL) };
   } finally {
     if (server && !aborted && server.child.exitCode === null && server.child.signalCode === null) {
@@ -207,6 +216,10 @@ async function main(): Promise<void> {
   const results: RunResult[] = [];
   for (let i = 1; i <= o.runs && Date.now() < deadline; i++) {
     const r = await oneRun(o, deadline);
+    if (r.stopped) {
+      console.log(`run ${i}: stopped after ${r.seconds.toFixed(1)} s, the time budget ran out (not counted)`);
+      break;
+    }
     results.push(r);
     if (r.ok) console.log(`run ${i}: ok, ${r.calls} calls (denied: ${JSON.stringify(r.denied)}) in ${r.seconds.toFixed(1)} s, call p50 ${r.p50Ms.toFixed(1)} ms`);
     else if (r.exit) console.log(`run ${i}: ABORT after ${r.seconds.toFixed(1)} s: exit code ${r.exit.code}, signal ${r.exit.signal}\n--- stderr tail ---\n${r.stderrTail ?? ''}\n---`);
