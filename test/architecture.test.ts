@@ -1,21 +1,47 @@
 /**
- * The layering rules of HOUSE-STYLE.md, checked by reading every import line under src/. A lint rule can
- * be switched off quietly; this test cannot.
+ * The layering rules of HOUSE-STYLE.md, checked by reading every source: every import of src/, test/,
+ * bench/, scripts/ and bin/berth, and the #include graph of the C agent. A lint rule can be switched off
+ * quietly; this test cannot, and it guards its blind spots: it fails when it reads no imports, meets an
+ * import form or a file it cannot read, or an exemption that is no longer needed.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { dirname, join, relative, resolve } from 'node:path';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, extname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { REPO } from './helpers/env.js';
+import { readImports, readIncludes, type ImportSite } from './helpers/source-reader.js';
 
 const SRC = join(REPO, 'src');
+const TREES = ['src', 'test', 'bench', 'scripts', 'bin'];
+/** Sources whose imports are read. */
+const CODE = new Set(['.ts', '.mjs', '.js']);
+/** C sources, whose #include lines are read. */
+const C = new Set(['.c', '.h']);
+/** Files that hold no code: nothing to read in them but their length. */
+const DATA = new Set(['.md', '.cedar', '.cedarschema', '.json']);
+/** Extension-less executables, read as JavaScript. */
+const SCRIPTS = new Set(['bin/berth']);
 
-function files(dir: string): string[] {
-  return readdirSync(dir).flatMap((n) => {
-    const p = join(dir, n);
-    if (statSync(p).isDirectory()) return files(p);
-    return p.endsWith('.ts') && !p.endsWith('.test.ts') ? [p] : [];
-  });
+/** Lines a file may have (HOUSE-STYLE: split near 600). */
+const MAX_LINES = 600;
+/**
+ * Temporary: these are being split on another branch. The lead removes them at merge; an entry whose file
+ * is back under the limit fails, so the list cannot outlive its reason.
+ */
+const TOO_LONG_FOR_NOW = new Set(['src/engine/manager.ts', 'src/engine/gate.ts']);
+
+function walk(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  if (!statSync(dir).isDirectory()) return [dir];
+  return readdirSync(dir).flatMap((n) => walk(join(dir, n)));
 }
+
+const repoRel = (f: string) => relative(REPO, f);
+const ALL = TREES.flatMap((t) => walk(join(REPO, t))).sort();
+const codeFiles = ALL.filter((f) => CODE.has(extname(f)) || SCRIPTS.has(repoRel(f)));
+const cFiles = ALL.filter((f) => C.has(extname(f)));
+
+/** Every import of every code file, read once. */
+const READ = new Map(codeFiles.map((f) => [f, readImports(f, readFileSync(f, 'utf8'))] as const));
 
 /** Layer of a file: its first folder under src/. */
 const layer = (file: string) => relative(SRC, file).split('/')[0] as string;
@@ -36,29 +62,51 @@ const ALLOWED: Record<string, string[]> = {
 /** The composition root may wire everything together. */
 const COMPOSITION_ROOTS = new Set(['server/compose.ts', 'server/main.ts']);
 
-function imports(file: string): string[] {
-  const text = readFileSync(file, 'utf8');
-  const out: string[] = [];
-  for (const m of text.matchAll(/(?:^|\n)\s*(?:import|export)\s[^;]*?from\s+['"]([^'"]+)['"]/g)) out.push(m[1] as string);
-  for (const m of text.matchAll(/import\(\s*['"]([^'"]+)['"]\s*\)/g)) out.push(m[1] as string);
-  return out.filter((s) => s.startsWith('.'));
+/** The file a relative specifier names (`./x.js` is `./x.ts` before compilation), or undefined. */
+function resolveSpec(from: string, spec: string): string | undefined {
+  const base = resolve(dirname(from), spec);
+  const candidates = [base, base.replace(/\.js$/, '.ts'), base.replace(/\.mjs$/, '.mts'), `${base}.ts`, join(base, 'index.ts')];
+  return candidates.find((c) => existsSync(c) && statSync(c).isFile());
 }
 
-describe('architecture', () => {
-  const all = files(SRC);
+const relativeImports = (f: string): ImportSite[] => (READ.get(f)?.imports ?? []).filter((i) => i.spec.startsWith('.'));
+const isSrcModule = (f: string) => f.startsWith(`${SRC}/`) && f.endsWith('.ts') && !f.endsWith('.test.ts');
 
-  it('finds the sources', () => {
-    expect(all.length).toBeGreaterThan(20);
+describe('architecture', () => {
+  it('reads every file of the source trees, and finds the sources', () => {
+    const unread = ALL.filter((f) => !CODE.has(extname(f)) && !C.has(extname(f)) && !DATA.has(extname(f)) && !SCRIPTS.has(repoRel(f)));
+    expect(unread.map(repoRel)).toEqual([]);
+    expect(ALL.filter(isSrcModule).length).toBeGreaterThan(20);
+    expect(cFiles.filter((f) => f.endsWith('.c')).length).toBeGreaterThan(1);
   });
 
-  it('keeps dependencies one-way between layers', () => {
+  it('reads every import form it meets, and sees imports', () => {
+    const problems = [...READ].flatMap(([f, r]) => r.problems.map((p) => `${repoRel(f)} ${p}`));
+    expect(problems).toEqual([]);
+    // A reader that silently stopped matching would see nothing and pass everything below.
+    const srcModules = ALL.filter(isSrcModule);
+    const withImports = srcModules.filter((f) => relativeImports(f).length > 0);
+    expect(withImports.length).toBeGreaterThan(srcModules.length / 2);
+    const forms = new Set([...READ.values()].flatMap((r) => r.imports.map((i) => i.form)));
+    for (const f of ['static', 'type', 're-export', 'dynamic'] as const) expect(forms).toContain(f);
+  });
+
+  it('every relative import names a file that exists', () => {
+    const missing = codeFiles.flatMap((f) => relativeImports(f).filter((i) => !resolveSpec(f, i.spec)).map((i) => `${repoRel(f)}:${i.line} ${i.spec}`));
+    expect(missing).toEqual([]);
+  });
+
+  it('keeps dependencies one-way between layers, and test and bench code out of src', () => {
     const bad: string[] = [];
-    for (const f of all) {
+    for (const f of ALL.filter(isSrcModule)) {
       const from = layer(f);
       const rel = relative(SRC, f);
-      for (const spec of imports(f)) {
-        const target = resolve(dirname(f), spec);
-        if (!target.startsWith(SRC)) continue;
+      for (const i of relativeImports(f)) {
+        const target = resolveSpec(f, i.spec) ?? resolve(dirname(f), i.spec);
+        if (!target.startsWith(`${SRC}/`)) {
+          bad.push(`${rel} imports ${repoRel(target)} (outside src: it would not ship, or would ship test code)`);
+          continue;
+        }
         const to = layer(target);
         if (to === from || COMPOSITION_ROOTS.has(rel)) continue;
         if (!(ALLOWED[from] ?? []).includes(to)) bad.push(`${rel} imports ${relative(SRC, target)} (${from} → ${to})`);
@@ -68,15 +116,108 @@ describe('architecture', () => {
   });
 
   it('keeps the only reader of process.env in the composition root and the CLI entry', () => {
-    const readers = all
+    const readers = ALL.filter(isSrcModule)
       .filter((f) => /process\.env\b/.test(readFileSync(f, 'utf8')))
       .map((f) => relative(SRC, f))
       .filter((r) => !['server/main.ts', 'cli/main.ts', 'cli/env.ts', 'sdk/env.ts'].includes(r));
     expect(readers).toEqual([]);
   });
 
-  it('keeps files readable (under ~700 lines)', () => {
-    const long = all.filter((f) => readFileSync(f, 'utf8').split('\n').length > 700).map((f) => relative(SRC, f));
+  it('the C agent: every #include is read, local ones resolve beside the file, are headers, and form no cycle', () => {
+    const bad: string[] = [];
+    const graph = new Map<string, string[]>();
+    let local = 0;
+    for (const f of cFiles) {
+      const { includes, problems } = readIncludes(readFileSync(f, 'utf8'));
+      bad.push(...problems.map((p) => `${repoRel(f)} ${p}`));
+      const edges: string[] = [];
+      for (const i of includes.filter((x) => x.local)) {
+        local++;
+        const target = resolve(dirname(f), i.name);
+        if (dirname(target) !== dirname(f)) bad.push(`${repoRel(f)}:${i.line} includes ${i.name} from outside its folder`);
+        else if (!target.endsWith('.h')) bad.push(`${repoRel(f)}:${i.line} includes ${i.name}, which is not a header`);
+        else if (!existsSync(target)) bad.push(`${repoRel(f)}:${i.line} includes ${i.name}, which does not exist`);
+        else edges.push(target);
+      }
+      graph.set(f, edges);
+    }
+    const cycle = (f: string, path: string[]): string[] | undefined => {
+      if (path.includes(f)) return [...path, f];
+      for (const g of graph.get(f) ?? []) {
+        const c = cycle(g, [...path, f]);
+        if (c) return c;
+      }
+      return undefined;
+    };
+    for (const f of cFiles) {
+      const c = cycle(f, []);
+      if (c) bad.push(`include cycle: ${c.map(repoRel).join(' → ')}`);
+    }
+    // Every .c is compiled on its own, so each must include the header that declares what it shares.
+    const headers = cFiles.filter((f) => f.endsWith('.h'));
+    for (const f of cFiles.filter((x) => x.endsWith('.c'))) {
+      if (!(graph.get(f) ?? []).some((g) => headers.includes(g))) bad.push(`${repoRel(f)} includes no local header`);
+    }
+    expect(bad).toEqual([]);
+    expect(local).toBeGreaterThan(0);
+  });
+
+  it(`keeps files readable (at most ${MAX_LINES} lines), with only the temporary exemptions`, () => {
+    const lines = new Map(ALL.map((f) => [repoRel(f), readFileSync(f, 'utf8').split('\n').length - 1] as const));
+    const long = [...lines].filter(([f, n]) => n > MAX_LINES && !TOO_LONG_FOR_NOW.has(f)).map(([f, n]) => `${f} (${n} lines)`);
     expect(long).toEqual([]);
+    const stale = [...TOO_LONG_FOR_NOW].filter((f) => (lines.get(f) ?? 0) <= MAX_LINES);
+    expect(stale, 'exempt files that no longer need it (or no longer exist): remove them from TOO_LONG_FOR_NOW').toEqual([]);
+  });
+});
+
+describe('the import reader (the guard itself)', () => {
+  const read = (text: string, file = 'x.ts') => readImports(file, text);
+
+  it('classifies every import form', () => {
+    const r = read(`
+import a from './a.js';
+import { b } from './b.js';
+import type { C } from './c.js';
+import './d.js';
+export { e } from './e.js';
+export * from './f.js';
+export type { G } from './g.js';
+import h = require('./h.js');
+type I = import('./i.js').I;
+const j = await import('./j.js');
+const k = require('./k.js');
+const here = import.meta.url;
+// import x from './comment.js'; require('./comment.js')
+const s = "import y from './string.js'";
+const re = /import\\(['"]z['"]\\)/;
+`);
+    expect(r.problems).toEqual([]);
+    expect(r.imports.map((i) => `${i.form} ${i.spec}`)).toEqual([
+      'static ./a.js',
+      'static ./b.js',
+      'type ./c.js',
+      'side-effect ./d.js',
+      're-export ./e.js',
+      're-export ./f.js',
+      're-export ./g.js',
+      'import-equals ./h.js',
+      'import-type ./i.js',
+      'dynamic ./j.js',
+      'require ./k.js',
+    ]);
+  });
+
+  it('reports computed specifiers, require used as a value, and files that do not parse', () => {
+    expect(read("const m = await import('./' + name);").problems).toHaveLength(1);
+    expect(read('const m = require(name);').problems).toHaveLength(1);
+    expect(read('const r = require; r("./x.js");').problems).toHaveLength(1);
+    expect(read("import { from './x.js';").problems.length).toBeGreaterThan(0);
+  });
+
+  it('reads #include lines and reports the ones it cannot', () => {
+    const r = readIncludes('#include <stdio.h>\n#include "agent.h" /* shared */\n  #  include "x.h"\n#include MACRO_HEADER\n');
+    expect(r.includes.map((i) => `${i.local ? 'local' : 'system'} ${i.name}`)).toEqual(['system stdio.h', 'local agent.h', 'local x.h']);
+    expect(r.problems).toHaveLength(1);
   });
 });

@@ -1,6 +1,8 @@
 /**
  * What the real-component tests share: the image cache (built once per machine, like the server's), the
- * agent binary, and a check that prints why a test is skipped when the machine lacks a component.
+ * agent binary, and a check that prints why a test is skipped when the machine lacks a component. On CI
+ * (`CI=true`) a real-component test may not be skipped: skipReason throws, so the file fails to load, and
+ * the summary reporter fails the run for any skip that did not pass through here.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -23,7 +25,24 @@ export function gvisorMissing(): string | undefined {
   return undefined;
 }
 
-export function skipReason(what: string, reason: string | undefined): boolean {
-  if (reason) console.warn(`SKIPPED ${what}: ${reason}`);
-  return reason !== undefined;
+/** Whether this run is a CI run (`CI` set to `true` or `1`, as CI services and .ci/run set it). */
+export function isCi(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env.CI === 'true' || env.CI === '1';
+}
+
+/** Thrown on CI instead of skipping a real-component suite: a CI run that skips it proves nothing. */
+export class SkippedOnCiError extends Error {
+  readonly code = 'skipped_on_ci';
+  constructor(what: string, reason: string) {
+    super(`${what} cannot be skipped on CI (CI=true): ${reason}`);
+    this.name = 'SkippedOnCiError';
+  }
+}
+
+/** True (and a line saying why) when the suite must be skipped; on CI it throws SkippedOnCiError instead. */
+export function skipReason(what: string, reason: string | undefined, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (reason === undefined) return false;
+  if (isCi(env)) throw new SkippedOnCiError(what, reason);
+  console.warn(`SKIPPED ${what}: ${reason}`);
+  return true;
 }

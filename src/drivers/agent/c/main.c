@@ -1,0 +1,149 @@
+/* Section 14: the poll loop and main(). See agent.h. */
+#include "agent.h"
+
+/* ==== 14. main loop ================================================================================== */
+
+enum slot_kind { SLOT_EXEC_OUT, SLOT_EXEC_ERR, SLOT_EXEC_IN, SLOT_CHAN_IN, SLOT_CHAN_OUT, SLOT_SIG };
+struct slot {
+  enum slot_kind kind;
+  struct exec *x;
+};
+
+static struct pollfd *pfds;
+static struct slot *slots;
+static size_t nslots, slotcap;
+
+static void add_slot(int fd, short events, enum slot_kind kind, struct exec *x) {
+  if (nslots == slotcap) {
+    slotcap = slotcap ? slotcap * 2 : 64;
+    pfds = xrealloc(pfds, slotcap * sizeof *pfds);
+    slots = xrealloc(slots, slotcap * sizeof *slots);
+  }
+  pfds[nslots] = (struct pollfd){.fd = fd, .events = events};
+  slots[nslots++] = (struct slot){.kind = kind, .x = x};
+}
+
+/* Exec slots first and the signal slot last: only reaping frees an exec, so pointers stay valid. */
+static void build_slots(int64_t now) {
+  nslots = 0;
+  for (struct exec *x = execs; x; x = x->next) {
+    int produce = !quiesced && (x->detached || out.len < OUT_HIGH);
+    if (produce && x->fd_out >= 0) add_slot(x->fd_out, POLLIN, SLOT_EXEC_OUT, x);
+    if (produce && x->fd_err >= 0) add_slot(x->fd_err, POLLIN, SLOT_EXEC_ERR, x);
+    if (x->fd_in >= 0 && x->stdin_q.len) add_slot(x->fd_in, POLLOUT, SLOT_EXEC_IN, x);
+  }
+  if (chan_in >= 0 && now >= in_paused_until) add_slot(chan_in, POLLIN, SLOT_CHAN_IN, NULL);
+  if (chan_out >= 0 && out.len && !quiesced) add_slot(chan_out, POLLOUT, SLOT_CHAN_OUT, NULL);
+  add_slot(sig_fd, POLLIN, SLOT_SIG, NULL);
+}
+
+static int poll_timeout(int64_t now) {
+  int64_t t = -1;
+  if (!quiesced && out.len < OUT_HIGH && (reads_can_progress() || lists)) return 0;
+  for (struct exec *x = execs; x; x = x->next)
+    if (x->deadline && (t < 0 || x->deadline - now < t)) t = x->deadline - now;
+  int64_t wake = chan_in < 0 ? chan_retry_at : in_paused_until > now ? in_paused_until : 0;
+  if (wake && (t < 0 || wake - now < t)) t = wake - now;
+  if (t > INT_MAX) t = INT_MAX;
+  return t < 0 ? -1 : (int)t;
+}
+
+static void handle_slot(size_t i) {
+  short re = pfds[i].revents;
+  struct exec *x = slots[i].x;
+  if (!re) return;
+  switch (slots[i].kind) {
+  case SLOT_EXEC_OUT: exec_read(x, &x->fd_out, 'o'); break;
+  case SLOT_EXEC_ERR: exec_read(x, &x->fd_err, 'e'); break;
+  case SLOT_EXEC_IN: exec_stdin_flush(x); break;
+  case SLOT_CHAN_OUT: flush_out(); break;
+  case SLOT_CHAN_IN:
+    /* A hang-up with nothing to read (a virtio port whose host left) counts as EOF. */
+    if (chan_in >= 0 && !chan_read() && chan_in >= 0 && (re & (POLLHUP | POLLERR | POLLNVAL))) chan_lost(0, 0);
+    break;
+  case SLOT_SIG: handle_signals(); break;
+  }
+}
+
+/* Every fd 0-2 open, so pipes and files we create never land on them (dup2 in children relies on it). */
+static void ensure_std_fds(void) {
+  for (int fd = 0; fd < 3; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    int n = open("/dev/null", O_RDWR);
+    if (n >= 0 && n != fd) {
+      dup2(n, fd);
+      close(n);
+    }
+  }
+}
+
+/* Defaults, overridden by the environment we were started with. */
+static void build_base_env(void) {
+  size_t n = 0;
+  while (environ[n]) n++;
+  base_env = xcalloc(n + 3, sizeof *base_env);
+  for (size_t i = 0; i < n; i++)
+    if (strchr(environ[i], '=')) base_env[base_envc++] = xstrdup(environ[i]);
+  if (!getenv("PATH")) base_env[base_envc++] = xstrdup(DEFAULT_PATH);
+  if (!getenv("HOME")) base_env[base_envc++] = xstrdup(DEFAULT_HOME);
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: berth-agent [--device PATH]\n"
+                  "  Speaks the Berth agent protocol v%d on fd 0/1, or on the serial device PATH\n"
+                  "  (reopened every %d ms while the host is away).\n",
+          PROTOCOL_VERSION, RECONNECT_MS);
+}
+
+static void parse_args(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+      device_path = argv[++i];
+    } else if (!strcmp(argv[i], "--version")) {
+      printf("berth-agent protocol %d\n", PROTOCOL_VERSION);
+      exit(0);
+    } else {
+      usage();
+      exit(!strcmp(argv[i], "--help") ? 0 : 2);
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  parse_args(argc, argv);
+  am_pid1 = getpid() == 1;
+  ensure_std_fds();
+  b64_init();
+  setup_signals();
+  if (!am_pid1) prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphans come to us, as they would to PID 1 */
+  build_base_env();
+  if (device_path) {
+    chan_open_device();
+  } else {
+    int nb_in, nb_out;
+    chan_in = private_fd(0, O_RDONLY, &nb_in);
+    chan_out = private_fd(1, O_WRONLY, &nb_out);
+    chan_in_nonblock = nb_in;
+    if (chan_in < 0 || chan_out < 0) {
+      logmsg("stdin/stdout are not usable: %s", strerror(errno));
+      return 1;
+    }
+  }
+  for (;;) {
+    int64_t now = now_ms();
+    if (device_path && chan_in < 0 && now >= chan_retry_at) chan_open_device();
+    build_slots(now);
+    int n = poll(pfds, nslots, poll_timeout(now));
+    if (n < 0 && errno != EINTR) {
+      logmsg("poll: %s", strerror(errno));
+      return 1;
+    }
+    for (size_t i = 0; n > 0 && i < nslots; i++) handle_slot(i);
+    check_timeouts(now_ms());
+    if (!quiesced) {
+      pump_reads();
+      pump_lists();
+    }
+    flush_out();
+  }
+}
