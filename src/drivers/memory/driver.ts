@@ -12,9 +12,12 @@
  *   independent branches. Running commands are not carried over (`capabilities.liveMemory: false`).
  * - stats: cpuSeconds counts 1 ms per command run; memory is the bytes held in files plus 1 MiB.
  *
- * Fault injection (tests of the engine's failure paths): `failNext(op, error, { times })` makes the next
- * call(s) of one port method throw `error` before doing anything; `crash(sandboxId, reason)` makes a
- * sandbox die on its own, as an OOM kill would (onExit listeners are told).
+ * Fault injection (tests of the engine's failure paths): `failNext(op, error, { times, after, midway })`
+ * makes calls of one port method throw `error`: the next `times` (default 1) calls, after letting `after`
+ * (default 0) calls succeed; by default before doing anything, with `midway` (checkpoint and restore only)
+ * half-way: a checkpoint leaves a partial image (no manifest), a restore leaves a started sandbox behind,
+ * as a backend that dies in the middle would. `crash(sandboxId, reason)` makes a sandbox die on its own,
+ * as an OOM kill would (onExit listeners are told).
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -62,6 +65,13 @@ const IMAGE_FILE = 'memory-image.bin';
 const MANIFEST_FILE = 'berth-image.json';
 const BASE_MEMORY = 1 << 20;
 
+interface Fault {
+  /** Calls still to let through before this one fails. */
+  after: number;
+  error: Error;
+  midway: boolean;
+}
+
 interface Image {
   version: 1;
   root: MemNode;
@@ -93,7 +103,7 @@ export class MemoryDriver implements SandboxDriver {
   readonly capabilities: DriverCapabilities;
   private readonly boxes = new Map<string, Box>();
   private readonly listeners: Array<(sandboxId: string, reason: string) => void> = [];
-  private readonly faults = new Map<MemoryDriverOp, Array<Error>>();
+  private readonly faults = new Map<MemoryDriverOp, Array<Fault>>();
   private readonly now: () => number;
 
   constructor(private readonly o: MemoryDriverOptions = {}) {
@@ -111,10 +121,14 @@ export class MemoryDriver implements SandboxDriver {
 
   // ---- test controls --------------------------------------------------------------------------------
 
-  /** The next `times` (default 1) calls of `op` throw `error` before doing anything. */
-  failNext(op: MemoryDriverOp, error: Error, opts: { times?: number } = {}): void {
+  /**
+   * Calls of `op` throw `error`: `times` of them (default 1), after `after` successful ones (default 0).
+   * With `midway` (checkpoint, restore) the call fails half-way instead of before doing anything.
+   */
+  failNext(op: MemoryDriverOp, error: Error, opts: { times?: number; after?: number; midway?: boolean } = {}): void {
+    if (opts.midway && op !== 'checkpoint' && op !== 'restore') throw new TypeError('midway faults exist for checkpoint and restore only');
     const q = this.faults.get(op) ?? [];
-    for (let i = 0; i < (opts.times ?? 1); i++) q.push(error);
+    for (let i = 0; i < (opts.times ?? 1); i++) q.push({ error, after: i === 0 ? (opts.after ?? 0) : 0, midway: !!opts.midway });
     this.faults.set(op, q);
   }
 
@@ -131,10 +145,19 @@ export class MemoryDriver implements SandboxDriver {
     return this.boxes.has(sandboxId);
   }
 
-  private fault(op: MemoryDriverOp, opts?: CallOptions): void {
+  /** Throws an injected fault due now (before the call does anything), or returns one due half-way. */
+  private fault(op: MemoryDriverOp, opts?: CallOptions): Error | undefined {
     throwIfAborted(opts?.signal);
-    const e = this.faults.get(op)?.shift();
-    if (e) throw e;
+    const q = this.faults.get(op);
+    const f = q?.[0];
+    if (!f) return undefined;
+    if (f.after > 0) {
+      f.after--;
+      return undefined;
+    }
+    q.shift();
+    if (f.midway) return f.error;
+    throw f.error;
   }
 
   private box(sandboxId: string): Box {
@@ -302,11 +325,12 @@ export class MemoryDriver implements SandboxDriver {
   }
 
   async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
-    this.fault('checkpoint', opts);
+    const midway = this.fault('checkpoint', opts);
     const box = this.box(sandboxId);
     const image: Image = { version: 1, root: box.fs.root };
     const bytes = serialize(image);
-    await writeFile(join(imageDir, IMAGE_FILE), bytes);
+    await writeFile(join(imageDir, IMAGE_FILE), midway ? bytes.subarray(0, bytes.byteLength >> 1) : bytes);
+    if (midway) throw midway;
     // The manifest last: its presence says the image is complete (engine/recovery.ts checks it).
     await writeFile(join(imageDir, MANIFEST_FILE), JSON.stringify({ version: 1, backend: 'memory' }));
     if (!opts.leaveRunning) {
@@ -317,7 +341,7 @@ export class MemoryDriver implements SandboxDriver {
   }
 
   async restore(spec: SandboxSpec, imageDir: string, opts?: CallOptions): Promise<void> {
-    this.fault('restore', opts);
+    const midway = this.fault('restore', opts);
     let image: Image;
     try {
       image = deserialize(await readFile(join(imageDir, IMAGE_FILE))) as Image;
@@ -326,6 +350,7 @@ export class MemoryDriver implements SandboxDriver {
     }
     throwIfAborted(opts?.signal);
     this.start(spec, new MemoryFs(image.root as Extract<MemNode, { type: 'dir' }>, this.now));
+    if (midway) throw midway;
   }
 
   async stats(sandboxId: string, opts?: CallOptions): Promise<SandboxStats> {
