@@ -215,7 +215,7 @@ export class SessionManager implements GatedEngine {
     const live = r.sandboxId && (r.state === 'running' || r.state === 'paused')
       ? await this.driver(r.backend).stats(r.sandboxId).catch(() => undefined)
       : undefined;
-    return liveMetering(this.meter.peek(r), live, this.o.clock.now());
+    return liveMetering(this.meter.peek(r), live);
   }
 
   // ---- create / list / terminate --------------------------------------------------------------------
