@@ -440,6 +440,36 @@ describe('snapshots, tenants, audit', () => {
     expect(asTenant.status).toBe(403);
     expectErrorBody(asTenant, 'forbidden');
   });
+  it('what the old fake engine got wrong: terminated sessions are not listed, exec wakes a hibernated session', async () => {
+    const a = await createSession();
+    const b = await createSession();
+    await call('DELETE', `/v1/sessions/${a.id}`);
+    expect((await call('GET', '/v1/sessions')).json.sessions.map((x: any) => x.id)).toEqual([b.id]);
+    expect((await call('GET', '/v1/sessions?state=terminated')).json.sessions.map((x: any) => x.id)).toEqual([a.id]);
+    await call('POST', `/v1/sessions/${b.id}/hibernate`);
+    const r = await call('POST', `/v1/sessions/${b.id}/exec`, { argv: ['echo', 'awake'] });
+    expect(r.status).toBe(200);
+    expect(parseNdjson(r.text).at(-1)).toMatchObject({ type: 'exit', code: 0 });
+    expect((await call('GET', `/v1/sessions/${b.id}`)).json.state).toBe('running');
+  });
+  it('a tenant operator sees only its own tenant, sessions and snapshots, and may not verify the whole chain', async () => {
+    const mk = async (name: string) => {
+      const t = (await call('POST', '/v1/tenants', { name })).json;
+      return { ...JSON_AUTH, authorization: `Bearer ${t.apiKey}`, id: t.id as string };
+    };
+    const acme = await mk('acme');
+    const other = await mk('other');
+    const s = (await call('POST', '/v1/sessions', {}, acme)).json;
+    await call('POST', `/v1/sessions/${s.id}/snapshots`, { name: 'mine' }, acme);
+    expect((await call('GET', '/v1/tenants', undefined, other)).json.tenants.map((x: any) => x.name)).toEqual(['other']);
+    expect((await call('GET', '/v1/snapshots', undefined, other)).json.snapshots).toEqual([]);
+    expect((await call('GET', '/v1/snapshots', undefined, acme)).json.snapshots).toHaveLength(1);
+    expect((await call('GET', '/v1/sessions', undefined, other)).json.sessions).toEqual([]);
+    expect((await call('GET', `/v1/sessions/${s.id}`, undefined, other)).status).toBe(404);
+    const v = await call('GET', '/v1/audit/verify', undefined, acme);
+    expect(v.status).toBe(403);
+    expectErrorBody(v, 'forbidden');
+  });
   it('audit query and verify', async () => {
     const s = await createSession();
     await createSession();
