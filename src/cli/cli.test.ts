@@ -1,6 +1,6 @@
 /**
  * The CLI as users run it: `node dist/src/cli/main.js …` (compiled with tsconfig.build.json) against a
- * server started in this process over the in-memory engine double. Children are spawned asynchronously
+ * server started in this process over the real engine and the in-memory driver. Children are spawned asynchronously
  * so the in-process server keeps answering.
  */
 import { spawn, spawnSync } from 'node:child_process';
@@ -11,24 +11,27 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../server/app.js';
 import { startServer, type RunningServer } from '../server/serve.js';
-import { MemoryEngine, ROOT_TOKEN } from '../server/testing/memory-engine.js';
+import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const MAIN = [join(REPO, 'dist', 'src', 'cli', 'main.js'), join(REPO, 'dist', 'cli', 'main.js')];
 let main = '';
 let server: RunningServer;
-let engine: MemoryEngine;
+let t: TestEngine;
+/** Sees every chunk the driver's writeFile receives (set by a test). */
+let onChunk: ((c: Uint8Array) => void) | null = null;
 
 beforeAll(async () => {
   // Type errors elsewhere in the tree must not stop the emit this test needs; the emitted file is checked.
   spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, stdio: 'ignore' });
   main = MAIN.find((p) => existsSync(p)) ?? '';
   expect(main, 'tsc did not emit the CLI').not.toBe('');
-  engine = new MemoryEngine();
-  server = await startServer({ app: createApp({ engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
+  t = await createTestEngine({ driver: { onWriteChunk: (_id, _path, c) => onChunk?.(c) } });
+  server = await startServer({ app: createApp({ engine: t.engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
 }, 180_000);
 afterAll(async () => {
   await server?.close();
+  await t?.close();
 });
 
 interface Result {
@@ -38,7 +41,7 @@ interface Result {
 }
 
 function berth(args: string[], opts: { input?: Buffer | string; env?: Record<string, string | undefined>; bin?: string } = {}): Promise<Result> {
-  const env: Record<string, string | undefined> = { ...process.env, BERTH_URL: server.url, BERTH_TOKEN: ROOT_TOKEN, BERTH_DEBUG: undefined, ...opts.env };
+  const env: Record<string, string | undefined> = { ...process.env, BERTH_URL: server.url, BERTH_TOKEN: t.rootKey, BERTH_DEBUG: undefined, ...opts.env };
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
   const child = spawn(process.execPath, [opts.bin ?? main, ...args], { env: env as NodeJS.ProcessEnv, stdio: ['pipe', 'pipe', 'pipe'] });
   const out: Buffer[] = [];
@@ -117,7 +120,7 @@ describe('berth exec', () => {
     const r = await berth(['exec', id, '--', 'echo', 'hello', '-n']);
     expect(r.code).toBe(0);
     expect(r.stdout.toString()).toBe('hello -n\n');
-    const e = await berth(['exec', id, '--', 'exit', '42']);
+    const e = await berth(['exec', id, '--', 'sh', '-c', 'echo bye >&2; exit 42']);
     expect(e.code).toBe(42);
     expect(e.stderr).toBe('bye\n');
   });
@@ -130,12 +133,12 @@ describe('berth exec', () => {
   });
   it('--cwd and --env reach the command', async () => {
     const id = await newSession();
-    expect((await berth(['exec', id, '--cwd', '/srv', '--', 'pwd'])).stdout.toString()).toBe('/srv\n');
-    expect((await berth(['exec', id, '--env', 'X=42', '--', 'env', 'X'])).stdout.toString()).toBe('42\n');
+    expect((await berth(['exec', id, '--cwd', '/tmp', '--', 'pwd'])).stdout.toString()).toBe('/tmp\n');
+    expect((await berth(['exec', id, '--env', 'X=42', '--', 'sh', '-c', 'echo $X'])).stdout.toString()).toBe('42\n');
   });
   it('a timeout kills the command, says so and exits 124', async () => {
     const id = await newSession();
-    const r = await berth(['exec', id, '--timeout', '50', '--', 'sleep', '10000']);
+    const r = await berth(['exec', id, '--timeout', '50', '--', 'sleep', '10']);
     expect(r.code).toBe(124);
     expect(r.stderr).toContain('berth: command timed out after 50 ms');
   });
@@ -164,7 +167,7 @@ describe('berth files', () => {
     expect(r.code).toBe(0);
     expect(Buffer.compare(r.stdout, data)).toBe(0);
   });
-  it('a 200 MB upload streams: neither side holds it whole', async () => {
+  it('a 200 MB upload to /dev/null streams: neither side holds it whole', async () => {
     const id = await newSession();
     const dir = mkdtempSync(join(tmpdir(), 'berth-cli-'));
     const file = join(dir, 'big');
@@ -173,23 +176,15 @@ describe('berth files', () => {
     for (let i = 0; i < 200; i++) writeSync(fd, mb);
     closeSync(fd);
     let chunks = 0;
-    const orig = engine.writeFile.bind(engine);
-    // A discarding engine: what the server keeps is then only what the HTTP layer keeps.
-    engine.writeFile = async (_p, _id, _path, data) => {
-      let n = 0;
-      for await (const c of data) {
-        n += c.byteLength;
-        chunks++;
-      }
-      return n;
-    };
+    // /dev/null discards in the sandbox: what the server keeps is then only what the HTTP layer and engine keep.
+    onChunk = () => void chunks++;
     const before = process.memoryUsage().arrayBuffers;
     let serverPeak = 0;
     const sample = setInterval(() => (serverPeak = Math.max(serverPeak, process.memoryUsage().arrayBuffers - before)), 5);
     const input = openSync(file, 'r');
     try {
-      const child = spawn(process.execPath, [main, 'files', 'write', id, '/big', '--json'], {
-        env: { ...process.env, BERTH_URL: server.url, BERTH_TOKEN: ROOT_TOKEN },
+      const child = spawn(process.execPath, [main, 'files', 'write', id, '/dev/null', '--json'], {
+        env: { ...process.env, BERTH_URL: server.url, BERTH_TOKEN: t.rootKey },
         stdio: [input, 'pipe', 'pipe'],
       });
       let peakKb = 0;
@@ -206,14 +201,14 @@ describe('berth files', () => {
       const code = await new Promise<number | null>((r) => child.on('close', r));
       clearInterval(poll);
       expect(code).toBe(0);
-      expect(JSON.parse(Buffer.concat(out).toString())).toEqual({ path: '/big', bytes: 200 * (1 << 20) });
+      expect(JSON.parse(Buffer.concat(out).toString())).toEqual({ path: '/dev/null', bytes: 200 * (1 << 20) });
       expect(chunks).toBeGreaterThan(100);
       if (peakKb > 0) expect(peakKb / 1024).toBeLessThan(160); // the CLI's resident peak, MiB
       expect(serverPeak / (1 << 20)).toBeLessThan(100);
     } finally {
       clearInterval(sample);
       closeSync(input);
-      engine.writeFile = orig;
+      onChunk = null;
       rmSync(dir, { recursive: true, force: true });
     }
   });
@@ -281,7 +276,7 @@ describe('tenant and audit', () => {
 describe('environment and errors', () => {
   it('falls back to $BERTH_DATA/root.key', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'berth-cli-'));
-    writeFileSync(join(dir, 'root.key'), `${ROOT_TOKEN}\n`, { mode: 0o600 });
+    writeFileSync(join(dir, 'root.key'), `${t.rootKey}\n`, { mode: 0o600 });
     const r = await berth(['session', 'list', '--json'], { env: { BERTH_TOKEN: undefined, BERTH_DATA: dir } });
     expect(r.code, r.stderr).toBe(0);
   });

@@ -103,6 +103,11 @@ export interface DriverCapabilities {
   snapshotWhileRunning: boolean;
   /** What kind of boundary isolates the session: a user-space kernel or a hypervisor. */
   isolation: 'user-space-kernel' | 'hypervisor';
+  /**
+   * What exec can run: 'full' is a Debian userland (any program in the image); 'builtin' is a fixed set of
+   * built-in commands (the in-memory test driver, see drivers/memory/shell.ts).
+   */
+  userland: 'full' | 'builtin';
 }
 
 export interface CallOptions {

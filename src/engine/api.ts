@@ -81,8 +81,8 @@ export interface Engine {
 
   close(): Promise<void>;
 
-  /** The tool gate (absent in engines without one, e.g. test doubles: its routes then answer unavailable). */
-  readonly gate?: GateService;
+  /** The tool gate: every agent tool call and the gate's operator surface. Every engine has one. */
+  readonly gate: GateService;
 }
 
 // ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
@@ -181,9 +181,4 @@ export interface GateService extends ToolGateApi {
   getPlan(p: Principal, sessionId: string): Promise<PlanInfo>;
   setPlan(p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo>;
   clearPlan(p: Principal, sessionId: string): Promise<PlanInfo>;
-}
-
-/** An Engine that carries the gate (SessionManager does; test doubles may not). */
-export interface GatedEngine extends Engine {
-  readonly gate: GateService;
 }

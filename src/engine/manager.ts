@@ -30,7 +30,7 @@ import {
   type TenantRecord,
   type VerifyResult,
 } from '../core/index.js';
-import type { CreateSessionInput, GatedEngine, SessionInfo, SessionListFilter } from './api.js';
+import type { CreateSessionInput, Engine, SessionInfo, SessionListFilter } from './api.js';
 import { ToolGate, type ToolGateOptions } from './gate.js';
 import { sandboxAccess } from './sandbox-access.js';
 import { authenticate, newAgentToken, newSecret } from './auth.js';
@@ -79,7 +79,7 @@ const FLUSH_INTERVAL_MS = 1000;
  * The engine: every operation follows lock → check state → audit → driver → transition → persist.
  * It knows sandboxes only through the SandboxDriver port and records only through the Store port.
  */
-export class SessionManager implements GatedEngine {
+export class SessionManager implements Engine {
   private readonly mutex = new KeyedMutex();
   private readonly execs = new Map<string, { sessionId: string; handle: ExecHandle }>();
   /** Sessions with at least one exec streaming: not idle. */
@@ -215,7 +215,7 @@ export class SessionManager implements GatedEngine {
     const live = r.sandboxId && (r.state === 'running' || r.state === 'paused')
       ? await this.driver(r.backend).stats(r.sandboxId).catch(() => undefined)
       : undefined;
-    return liveMetering(this.meter.peek(r), live, this.o.clock.now());
+    return liveMetering(this.meter.peek(r), live);
   }
 
   // ---- create / list / terminate --------------------------------------------------------------------

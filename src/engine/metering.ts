@@ -16,14 +16,16 @@ export function foldStats(r: SessionRecord, s: SandboxStats | undefined): void {
   r.metering.peakMemoryBytes = Math.max(r.metering.peakMemoryBytes, s.peakMemoryBytes);
 }
 
-/** A view of the record with the live incarnation's figures and the current state's time added. */
-export function liveMetering(r: SessionRecord, live: SandboxStats | undefined, now: number): SessionRecord {
+/**
+ * The record with the live incarnation's figures (CPU, peak memory) folded in. The time spent so far in the
+ * current state is not added here: the wire view adds it once, at the moment it answers (protocol/views.ts).
+ */
+export function liveMetering(r: SessionRecord, live: SandboxStats | undefined): SessionRecord {
   const m = structuredClone(r.metering);
   if (live) {
     m.cpuSeconds += live.cpuSeconds;
     m.peakMemoryBytes = Math.max(m.peakMemoryBytes, live.peakMemoryBytes);
   }
-  m.stateSeconds[r.state] = (m.stateSeconds[r.state] ?? 0) + Math.max(0, now - r.stateSince) / 1000;
   return { ...r, metering: m };
 }
 

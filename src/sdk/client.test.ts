@@ -1,19 +1,25 @@
 import { Readable } from 'node:stream';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+/**
+ * The SDK against a real HTTP server over the real engine (gate, Cedar, SQLite in memory) and the
+ * in-memory driver. A fresh engine per test sits behind one server through a forwarding proxy.
+ */
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createApp } from '../server/app.js';
 import { startServer, type RunningServer } from '../server/serve.js';
-import { MemoryEngine, ROOT_TOKEN, type FakeExec } from '../server/testing/memory-engine.js';
+import type { SessionManager } from '../engine/manager.js';
+import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
 import { AppError, Berth } from './index.js';
 
-let engine: MemoryEngine;
+let t: TestEngine;
 let server: RunningServer;
 let berth: Berth;
+/** Sees every chunk the driver's writeFile receives (set by a test). */
+let onChunk: ((c: Uint8Array) => void) | null = null;
 
 beforeAll(async () => {
-  engine = new MemoryEngine();
-  // The engine double is swapped per test through this indirection; the server stays up.
+  // The engine is swapped per test through this indirection; the server stays up.
   const app = createApp({
-    engine: new Proxy({} as MemoryEngine, { get: (_t, k) => (engine as any)[k]?.bind?.(engine) ?? (engine as any)[k] }),
+    engine: new Proxy({} as SessionManager, { get: (_t, k) => (t.engine as any)[k]?.bind?.(t.engine) ?? (t.engine as any)[k] }),
     execHeartbeatMs: 10,
   });
   server = await startServer({ app, host: '127.0.0.1', port: 0, graceMs: 500 });
@@ -21,9 +27,13 @@ beforeAll(async () => {
 afterAll(async () => {
   await server.close();
 });
-beforeEach(() => {
-  engine = new MemoryEngine();
-  berth = new Berth({ url: server.url, token: ROOT_TOKEN });
+beforeEach(async () => {
+  onChunk = null;
+  t = await createTestEngine({ driver: { onWriteChunk: (_id, _path, c) => onChunk?.(c) } });
+  berth = new Berth({ url: server.url, token: t.rootKey });
+});
+afterEach(async () => {
+  await t.close();
 });
 
 async function code(p: Promise<unknown>): Promise<string> {
@@ -92,7 +102,7 @@ describe('sessions', () => {
   });
   it('health needs no token', async () => {
     expect(await new Berth({ url: server.url }).health()).toMatchObject({ ok: true });
-    engine.healthy = false;
+    await t.engine.close();
     expect(await new Berth({ url: server.url }).health()).toMatchObject({ ok: false });
   });
 });
@@ -100,7 +110,7 @@ describe('sessions', () => {
 describe('exec', () => {
   it('streams output as an async iterable; wait() gives the exit', async () => {
     const s = await berth.sessions.create();
-    const ex = await s.exec(['tick', '3', '20']);
+    const ex = await s.exec(['sh', '-c', 'echo tick 1; sleep 0.02; echo tick 2; sleep 0.02; echo tick 3']);
     expect(ex.execId).toMatch(/^exe_/);
     const seen: string[] = [];
     for await (const ev of ex) seen.push(`${ev.type}:${Buffer.from(ev.data).toString()}`);
@@ -110,14 +120,14 @@ describe('exec', () => {
   it('run() collects stdout, stderr and the code', async () => {
     const s = await berth.sessions.create({ env: { X: 'from-session' } });
     expect(await s.run(['echo', 'hi', 'there'])).toMatchObject({ stdout: 'hi there\n', stderr: '', code: 0 });
-    expect(await s.run(['exit', '7'])).toMatchObject({ stdout: '', stderr: 'bye\n', code: 7 });
-    expect((await s.run(['env', 'X'])).stdout).toBe('from-session\n');
-    expect((await s.run(['env', 'X'], { env: { X: 'override' } })).stdout).toBe('override\n');
+    expect(await s.run(['sh', '-c', 'echo bye >&2; exit 7'])).toMatchObject({ stdout: '', stderr: 'bye\n', code: 7 });
+    expect((await s.run(['sh', '-c', 'echo $X'])).stdout).toBe('from-session\n');
+    expect((await s.run(['sh', '-c', 'echo $X'], { env: { X: 'override' } })).stdout).toBe('override\n');
     expect((await s.run(['pwd'], { cwd: '/tmp' })).stdout).toBe('/tmp\n');
   });
   it('heartbeats of a quiet command are invisible', async () => {
     const s = await berth.sessions.create();
-    const ex = await s.exec(['sleep', '60']);
+    const ex = await s.exec(['sleep', '0.06']);
     const seen: unknown[] = [];
     for await (const ev of ex) seen.push(ev);
     expect(seen).toEqual([]);
@@ -125,7 +135,7 @@ describe('exec', () => {
   });
   it('timeout reports timedOut', async () => {
     const s = await berth.sessions.create();
-    expect(await s.run(['sleep', '10000'], { timeoutMs: 30 })).toMatchObject({ timedOut: true, signal: 9 });
+    expect(await s.run(['sleep', '10'], { timeoutMs: 30 })).toMatchObject({ timedOut: true, signal: 9 });
   });
   it('stdin from an async iterable, a Readable, or bytes', async () => {
     const s = await berth.sessions.create();
@@ -141,15 +151,15 @@ describe('exec', () => {
   });
   it('kill() signals the command', async () => {
     const s = await berth.sessions.create();
-    const ex = await s.exec(['sleep', '10000']);
+    const ex = await s.exec(['sleep', '10']);
     expect(await ex.kill('SIGTERM')).toMatchObject({ signal: 15 });
     expect(await ex.wait()).toEqual({ code: 143, signal: 15, timedOut: false });
   });
   it('aborting the signal cancels and kills the command on the server', async () => {
     const s = await berth.sessions.create();
     const ac = new AbortController();
-    const ex = await s.exec(['sleep', '10000'], { signal: ac.signal });
-    const handle = engine.execs.get(ex.execId)!.handle as FakeExec;
+    const ex = await s.exec(['sleep', '10'], { signal: ac.signal });
+    const handle = t.engine.getExec(t.root, s.id, ex.execId);
     setTimeout(() => ac.abort(), 20);
     const e = (await ex.wait().catch((x) => x)) as AppError;
     expect(e.code).toBe('cancelled');
@@ -167,15 +177,15 @@ describe('files', () => {
   it('write/read round-trip is binary-safe; list, stat, mkdir, rm', async () => {
     const s = await berth.sessions.create();
     const data = new Uint8Array(300_001).map((_, i) => (i * 31) & 255);
-    expect(await s.files.write('/blob', data, { mode: 0o600 })).toEqual({ path: '/blob', bytes: 300_001 });
-    expect(Buffer.compare(Buffer.from(await s.files.readBytes('/blob')), Buffer.from(data))).toBe(0);
-    expect(await s.files.stat('/blob')).toMatchObject({ size: 300_001, mode: 0o600, type: 'file' });
-    await s.files.write('/t.txt', 'héllo');
-    expect(await s.files.readText('/t.txt')).toBe('héllo');
-    await s.files.mkdir('/d/e', { parents: true });
-    expect((await s.files.list('/')).map((e) => e.name).sort()).toEqual(['blob', 'd', 't.txt']);
-    await s.files.rm('/d', { recursive: true });
-    expect(await code(s.files.stat('/d'))).toBe('not_found');
+    expect(await s.files.write('/work/blob', data, { mode: 0o600 })).toEqual({ path: '/work/blob', bytes: 300_001 });
+    expect(Buffer.compare(Buffer.from(await s.files.readBytes('/work/blob')), Buffer.from(data))).toBe(0);
+    expect(await s.files.stat('/work/blob')).toMatchObject({ size: 300_001, mode: 0o600, type: 'file' });
+    await s.files.write('/work/t.txt', 'héllo');
+    expect(await s.files.readText('/work/t.txt')).toBe('héllo');
+    await s.files.mkdir('/work/d/e', { parents: true });
+    expect((await s.files.list('/work')).map((e) => e.name).sort()).toEqual(['blob', 'd', 't.txt']);
+    await s.files.rm('/work/d', { recursive: true });
+    expect(await code(s.files.stat('/work/d'))).toBe('not_found');
     expect(await code(s.files.readBytes('/missing'))).toBe('not_found');
   });
   it('a streamed upload reaches the engine while the client is still producing it', async () => {
@@ -183,7 +193,7 @@ describe('files', () => {
     const seen: number[] = [];
     let engineGotFirst!: () => void;
     const first = new Promise<void>((r) => (engineGotFirst = r));
-    engine.onWriteChunk = (c) => {
+    onChunk = (c) => {
       seen.push(c.byteLength);
       engineGotFirst();
     };
@@ -232,24 +242,27 @@ describe('snapshots, tenants, audit', () => {
     expect(await code(berth.snapshots.fork(snap.snapshotId, { count: 100 }))).toBe('invalid_argument');
   });
   it('tenants and audit', async () => {
-    const t = await berth.tenants.create('acme');
-    expect(t.apiKey).toBeTruthy();
-    expect(await berth.tenants.list()).toEqual([{ id: t.id, name: 'acme', createdAt: t.createdAt }]);
-    const asTenant = new Berth({ url: server.url, token: t.apiKey });
+    const acme = await berth.tenants.create('acme');
+    expect(acme.apiKey).toBeTruthy();
+    expect((await berth.tenants.list()).map((x) => x.name)).toEqual(['default', 'acme']);
+    expect(await berth.tenants.list()).toContainEqual({ id: acme.id, name: 'acme', createdAt: acme.createdAt });
+    const asTenant = new Berth({ url: server.url, token: acme.apiKey });
+    expect(await asTenant.tenants.list()).toEqual([{ id: acme.id, name: 'acme', createdAt: acme.createdAt }]);
     const s = await asTenant.sessions.create();
-    expect(s.info.tenantId).toBe(t.id);
+    expect(s.info.tenantId).toBe(acme.id);
     expect(await code(asTenant.tenants.create('x'))).toBe('forbidden');
     const entries = await berth.audit.query({ afterSeq: 0, limit: 10 });
-    expect(entries.map((e) => e.action)).toEqual(['tenant.create', 'session.create']);
-    expect(await berth.audit.verify()).toMatchObject({ ok: true, entries: 2 });
+    expect(entries.map((e) => e.action)).toEqual(['tenant.create', 'session.create', 'session.state']);
+    expect(await berth.audit.verify()).toMatchObject({ ok: true, entries: 3 });
+    expect(await code(asTenant.audit.verify())).toBe('forbidden');
   });
 });
 
 describe('exec edge cases', () => {
   it('leaving the loop early kills the command and wait() rejects cancelled', async () => {
     const s = await berth.sessions.create();
-    const ex = await s.exec(['tick', '100', '10']);
-    const handle = engine.execs.get(ex.execId)!.handle as FakeExec;
+    const ex = await s.exec(['sh', '-c', 'echo tick 1; sleep 30']);
+    const handle = t.engine.getExec(t.root, s.id, ex.execId);
     for await (const ev of ex) {
       expect(ev.type).toBe('stdout');
       break;
@@ -259,7 +272,7 @@ describe('exec edge cases', () => {
   });
   it('wait() without iterating drains the output', async () => {
     const s = await berth.sessions.create();
-    const ex = await s.exec(['tick', '3', '5']);
+    const ex = await s.exec(['sh', '-c', 'echo tick 1; sleep 0.005; echo tick 2; sleep 0.005; echo tick 3']);
     expect(await ex.wait()).toEqual({ code: 0, signal: null, timedOut: false });
     expect(await code((async () => { for await (const _ of ex) void _; })())).toBe('invalid_state');
   });

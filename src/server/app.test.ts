@@ -1,20 +1,32 @@
-import { beforeEach, describe, expect, it } from 'vitest';
+/**
+ * The HTTP layer over the real engine (gate, Cedar, SQLite in memory) and the in-memory driver: every
+ * status asserted here is what the server answers in production for the same engine behaviour.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createApp } from './app.js';
-import { MemoryEngine, ROOT_TOKEN, type FakeExec } from './testing/memory-engine.js';
 import { base64ToBytes, type ExecStreamLine } from '../protocol/index.js';
+import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
 
-const AUTH = { authorization: `Bearer ${ROOT_TOKEN}` };
-const JSON_AUTH = { ...AUTH, 'content-type': 'application/json' };
+let AUTH: Record<string, string>;
+let JSON_AUTH: Record<string, string>;
 
-let engine: MemoryEngine;
+let t: TestEngine;
 let app: ReturnType<typeof createApp>;
 let now = 1_700_000_000_000;
+/** Sees every chunk the driver's writeFile receives (set by a test). */
+let onChunk: ((c: Uint8Array) => void) | null = null;
 
-beforeEach(() => {
+beforeEach(async () => {
   now = 1_700_000_000_000;
+  onChunk = null;
   const clock = { now: () => now };
-  engine = new MemoryEngine({ clock });
-  app = createApp({ engine, clock });
+  t = await createTestEngine({ clock, driver: { onWriteChunk: (_id, _path, c) => onChunk?.(c) } });
+  app = createApp({ engine: t.engine, clock });
+  AUTH = { authorization: `Bearer ${t.rootKey}` };
+  JSON_AUTH = { ...AUTH, 'content-type': 'application/json' };
+});
+afterEach(async () => {
+  await t.close();
 });
 
 async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = JSON_AUTH) {
@@ -64,15 +76,18 @@ describe('auth', () => {
     const r = await call('GET', '/healthz', undefined, {});
     expect(r.status).toBe(200);
     expect(r.json.ok).toBe(true);
-    engine.healthy = false;
+    await t.engine.close();
     expect((await call('GET', '/healthz', undefined, {})).status).toBe(503);
   });
-  it('an agent token sees its own session only', async () => {
+  it('an agent token may not use operator routes: its own session is forbidden, another is not found', async () => {
     const a = await createSession();
     const b = await createSession();
     const h = { authorization: `Bearer ${a.agentToken}` };
-    expect((await call('GET', `/v1/sessions/${a.id}`, undefined, h)).status).toBe(200);
+    expectErrorBody(await call('GET', `/v1/sessions/${a.id}`, undefined, h), 'forbidden');
+    expect((await call('GET', `/v1/sessions/${a.id}`, undefined, h)).status).toBe(403);
     expect((await call('GET', `/v1/sessions/${b.id}`, undefined, h)).status).toBe(404);
+    expect((await call('GET', '/v1/sessions', undefined, h)).status).toBe(403);
+    expect((await call('GET', `/v1/sessions/${a.id}/tools`, undefined, h)).status).toBe(200);
   });
 });
 
@@ -83,7 +98,7 @@ describe('sessions', () => {
     expect(r.json).toMatchObject({ state: 'running', backend: 'gvisor', objective: 'x', settings: { memoryMb: 1024, cpus: 0.5, env: { FOO: 'bar' } } });
     expect(r.json.id).toMatch(/^ses_/);
     expect(r.json.agentToken).toMatch(/^bta_/);
-    expect(r.text).not.toMatch(/agentTokenHash|sandboxId|sbx-/);
+    expect(r.text).not.toMatch(/agentTokenHash|sandboxId|-g1\b/);
     expect(r.json.createdAt).toBe(new Date(now).toISOString());
   });
   it('an empty body creates with defaults', async () => {
@@ -124,8 +139,8 @@ describe('sessions', () => {
   });
   it('an engine error that is no AppError is a generic 500 without a stack', async () => {
     const s = await createSession();
-    engine.explodeOn = s.id;
-    const r = await call('GET', `/v1/sessions/${s.id}`);
+    t.driver.failNext('listFiles', new Error('database exploded at /secret/path'));
+    const r = await call('GET', `/v1/sessions/${s.id}/files/list?path=/`);
     expect(r.status).toBe(500);
     expectErrorBody(r, 'internal');
     expect(r.text).not.toContain('exploded');
@@ -263,7 +278,7 @@ function parseNdjson(text: string): ExecStreamLine[] {
 describe('exec', () => {
   it('streams NDJSON: started, output (base64), exit', async () => {
     const s = await createSession();
-    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['exit', '3'] }) });
+    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sh', '-c', 'echo bye >&2; exit 3'] }) });
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('application/x-ndjson');
     const lines = parseNdjson(await res.text());
@@ -273,7 +288,7 @@ describe('exec', () => {
   });
   it('each event is its own line as it happens', async () => {
     const s = await createSession();
-    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['tick', '3', '30'] }) });
+    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sh', '-c', 'echo tick 1; sleep 0.03; echo tick 2; sleep 0.03; echo tick 3'] }) });
     const reader = res.body!.getReader();
     const dec = new TextDecoder();
     const first = dec.decode((await reader.read()).value);
@@ -287,16 +302,16 @@ describe('exec', () => {
   });
   it('a quiet command gets ping lines, so idle timeouts never cut it', async () => {
     const s = await createSession();
-    const quiet = createApp({ engine, execHeartbeatMs: 15 });
-    const res = await quiet.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sleep', '80'] }) });
+    const quiet = createApp({ engine: t.engine, execHeartbeatMs: 15 });
+    const res = await quiet.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sleep', '0.08'] }) });
     const lines = parseNdjson(await res.text());
     expect(lines.filter((l) => l.type === 'ping').length).toBeGreaterThanOrEqual(2);
     expect(lines.at(-1)).toEqual({ type: 'exit', code: 0, signal: null, timedOut: false });
-    expect(() => createApp({ engine, execHeartbeatMs: 0 })).toThrow(/execHeartbeatMs/);
+    expect(() => createApp({ engine: t.engine, execHeartbeatMs: 0 })).toThrow(/execHeartbeatMs/);
   });
   it('a timeout ends with timedOut', async () => {
     const s = await createSession();
-    const r = await call('POST', `/v1/sessions/${s.id}/exec`, { argv: ['sleep', '5000'], timeoutMs: 20 });
+    const r = await call('POST', `/v1/sessions/${s.id}/exec`, { argv: ['sleep', '5'], timeoutMs: 20 });
     expect(parseNdjson(r.text).at(-1)).toEqual({ type: 'exit', code: 137, signal: 9, timedOut: true });
   });
   it('stdin is streamed by a second request; close=true ends it', async () => {
@@ -319,7 +334,7 @@ describe('exec', () => {
   });
   it('kill takes a signal name or number', async () => {
     const s = await createSession();
-    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sleep', '10000'] }) });
+    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sleep', '10'] }) });
     const reader = res.body!.getReader();
     const started = JSON.parse(new TextDecoder().decode((await reader.read()).value));
     const bad = await call('POST', `/v1/sessions/${s.id}/execs/${started.execId}/kill`, { signal: 'SIGNOPE' });
@@ -332,11 +347,11 @@ describe('exec', () => {
   });
   it('the client going away kills the command', async () => {
     const s = await createSession();
-    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sleep', '10000'] }) });
+    const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sleep', '10'] }) });
     const reader = res.body!.getReader();
     const started = JSON.parse(new TextDecoder().decode((await reader.read()).value));
+    const handle = t.engine.getExec(t.root, s.id, started.execId);
     await reader.cancel();
-    const handle = engine.execs.get(started.execId)!.handle as FakeExec;
     await expect(handle.wait()).resolves.toMatchObject({ signal: 9 });
   });
   it('unknown exec ids → 404; a non-running session → 409', async () => {
@@ -353,41 +368,41 @@ describe('files', () => {
   it('write, read (binary-safe), stat, list, mkdir, rm', async () => {
     const s = await createSession();
     const bytes = new Uint8Array(200_000).map((_, i) => (i * 7) & 255);
-    const put = await app.request(`/v1/sessions/${s.id}/files?path=/data.bin`, { method: 'PUT', headers: AUTH, body: bytes });
-    expect(await put.json()).toEqual({ path: '/data.bin', bytes: 200_000 });
-    const get = await app.request(`/v1/sessions/${s.id}/files?path=/data.bin`, { headers: AUTH });
+    const put = await app.request(`/v1/sessions/${s.id}/files?path=/work/data.bin`, { method: 'PUT', headers: AUTH, body: bytes });
+    expect(await put.json()).toEqual({ path: '/work/data.bin', bytes: 200_000 });
+    const get = await app.request(`/v1/sessions/${s.id}/files?path=/work/data.bin`, { headers: AUTH });
     expect(get.headers.get('content-type')).toBe('application/octet-stream');
     expect(Buffer.compare(Buffer.from(await get.arrayBuffer()), Buffer.from(bytes))).toBe(0);
-    expect((await call('GET', `/v1/sessions/${s.id}/files/stat?path=/data.bin`)).json).toMatchObject({ path: '/data.bin', type: 'file', size: 200_000 });
-    expect((await call('POST', `/v1/sessions/${s.id}/files/mkdir`, { path: '/a/b', parents: true })).json).toEqual({ ok: true });
+    expect((await call('GET', `/v1/sessions/${s.id}/files/stat?path=/work/data.bin`)).json).toMatchObject({ path: '/work/data.bin', type: 'file', size: 200_000 });
+    expect((await call('POST', `/v1/sessions/${s.id}/files/mkdir`, { path: '/work/a/b', parents: true })).json).toEqual({ ok: true });
     const mk = await call('POST', `/v1/sessions/${s.id}/files/mkdir`, { path: 'a' });
     expect(mk.json.error.details.field).toBe('path');
-    const list = await call('GET', `/v1/sessions/${s.id}/files/list?path=/`);
-    expect(list.json.path).toBe('/');
+    const list = await call('GET', `/v1/sessions/${s.id}/files/list?path=/work`);
+    expect(list.json.path).toBe('/work');
     expect(list.json.entries.map((e: any) => e.name).sort()).toEqual(['a', 'data.bin']);
-    expect((await call('DELETE', `/v1/sessions/${s.id}/files?path=/a`)).status).toBe(409);
-    expect((await call('DELETE', `/v1/sessions/${s.id}/files?path=/a&recursive=true`)).json).toEqual({ ok: true });
-    expect((await call('GET', `/v1/sessions/${s.id}/files/stat?path=/a/b`)).status).toBe(404);
+    expect((await call('DELETE', `/v1/sessions/${s.id}/files?path=/work/a`)).status).toBe(409);
+    expect((await call('DELETE', `/v1/sessions/${s.id}/files?path=/work/a&recursive=true`)).json).toEqual({ ok: true });
+    expect((await call('GET', `/v1/sessions/${s.id}/files/stat?path=/work/a/b`)).status).toBe(404);
   });
   it('an upload reaches the engine chunk by chunk, before the body ends', async () => {
     const s = await createSession();
     const received: number[] = [];
     let release!: () => void;
     const firstArrived = new Promise<void>((r) => (release = r));
-    engine.onWriteChunk = (c) => {
+    onChunk = (c) => {
       received.push(c.byteLength);
       release();
     };
     let ctrl!: ReadableStreamDefaultController<Uint8Array>;
     const body = new ReadableStream<Uint8Array>({ start: (c) => void (ctrl = c) });
-    const pending = app.request(`/v1/sessions/${s.id}/files?path=/big`, { method: 'PUT', headers: AUTH, body, duplex: 'half' } as RequestInit);
+    const pending = app.request(`/v1/sessions/${s.id}/files?path=/work/big`, { method: 'PUT', headers: AUTH, body, duplex: 'half' } as RequestInit);
     ctrl.enqueue(new Uint8Array(1000).fill(1));
     await firstArrived; // the body is still open: the engine saw the first chunk before the end
     expect(received).toEqual([1000]);
     ctrl.enqueue(new Uint8Array(500).fill(2));
     ctrl.close();
     const res = await pending;
-    expect(await res.json()).toEqual({ path: '/big', bytes: 1500 });
+    expect(await res.json()).toEqual({ path: '/work/big', bytes: 1500 });
     expect(received).toEqual([1000, 500]);
   });
 });
@@ -411,24 +426,58 @@ describe('snapshots, tenants, audit', () => {
     expect((await call('DELETE', `/v1/snapshots/${snap.json.snapshotId}`)).json).toEqual({ ok: true });
     expect((await call('GET', `/v1/snapshots/${snap.json.snapshotId}`)).status).toBe(404);
   });
-  it('tenants: create returns the key once; list does not', async () => {
+  it('tenants: create returns the key once; list (with the default tenant) does not', async () => {
     const t = await call('POST', '/v1/tenants', { name: 'acme' });
     expect(t.status).toBe(201);
     expect(t.json).toMatchObject({ id: expect.stringMatching(/^ten_/), name: 'acme', apiKey: expect.any(String) });
     const list = await call('GET', '/v1/tenants');
-    expect(list.json.tenants).toEqual([{ id: t.json.id, name: 'acme', createdAt: t.json.createdAt }]);
+    expect(list.json.tenants).toEqual([
+      { id: 'ten_00000000000000000000', name: 'default', createdAt: expect.any(String) },
+      { id: t.json.id, name: 'acme', createdAt: t.json.createdAt },
+    ]);
     expect((await call('POST', '/v1/tenants', { name: '' })).json.error.details.field).toBe('name');
     const asTenant = await call('POST', '/v1/tenants', { name: 'x' }, { ...JSON_AUTH, authorization: `Bearer ${t.json.apiKey}` });
     expect(asTenant.status).toBe(403);
     expectErrorBody(asTenant, 'forbidden');
   });
+  it('what the old fake engine got wrong: terminated sessions are not listed, exec wakes a hibernated session', async () => {
+    const a = await createSession();
+    const b = await createSession();
+    await call('DELETE', `/v1/sessions/${a.id}`);
+    expect((await call('GET', '/v1/sessions')).json.sessions.map((x: any) => x.id)).toEqual([b.id]);
+    expect((await call('GET', '/v1/sessions?state=terminated')).json.sessions.map((x: any) => x.id)).toEqual([a.id]);
+    await call('POST', `/v1/sessions/${b.id}/hibernate`);
+    const r = await call('POST', `/v1/sessions/${b.id}/exec`, { argv: ['echo', 'awake'] });
+    expect(r.status).toBe(200);
+    expect(parseNdjson(r.text).at(-1)).toMatchObject({ type: 'exit', code: 0 });
+    expect((await call('GET', `/v1/sessions/${b.id}`)).json.state).toBe('running');
+  });
+  it('a tenant operator sees only its own tenant, sessions and snapshots, and may not verify the whole chain', async () => {
+    const mk = async (name: string) => {
+      const t = (await call('POST', '/v1/tenants', { name })).json;
+      return { ...JSON_AUTH, authorization: `Bearer ${t.apiKey}`, id: t.id as string };
+    };
+    const acme = await mk('acme');
+    const other = await mk('other');
+    const s = (await call('POST', '/v1/sessions', {}, acme)).json;
+    await call('POST', `/v1/sessions/${s.id}/snapshots`, { name: 'mine' }, acme);
+    expect((await call('GET', '/v1/tenants', undefined, other)).json.tenants.map((x: any) => x.name)).toEqual(['other']);
+    expect((await call('GET', '/v1/snapshots', undefined, other)).json.snapshots).toEqual([]);
+    expect((await call('GET', '/v1/snapshots', undefined, acme)).json.snapshots).toHaveLength(1);
+    expect((await call('GET', '/v1/sessions', undefined, other)).json.sessions).toEqual([]);
+    expect((await call('GET', `/v1/sessions/${s.id}`, undefined, other)).status).toBe(404);
+    const v = await call('GET', '/v1/audit/verify', undefined, acme);
+    expect(v.status).toBe(403);
+    expectErrorBody(v, 'forbidden');
+  });
   it('audit query and verify', async () => {
     const s = await createSession();
     await createSession();
+    // Each create writes two entries: the request (by root) and the move to running (by the system).
     const q = await call('GET', `/v1/audit?sessionId=${s.id}`);
-    expect(q.json.entries).toHaveLength(1);
-    expect(q.json.entries[0]).toMatchObject({ seq: 1, action: 'session.create', ts: expect.any(String), tsMs: now });
-    expect((await call('GET', '/v1/audit?afterSeq=1&limit=5')).json.entries.map((e: any) => e.seq)).toEqual([2]);
-    expect((await call('GET', '/v1/audit/verify')).json).toMatchObject({ ok: true, entries: 2 });
+    expect(q.json.entries.map((e: any) => [e.seq, e.action, e.principal.kind])).toEqual([[1, 'session.create', 'root'], [2, 'session.state', 'system']]);
+    expect(q.json.entries[0]).toMatchObject({ ts: expect.any(String), tsMs: now });
+    expect((await call('GET', '/v1/audit?afterSeq=1&limit=2')).json.entries.map((e: any) => e.seq)).toEqual([2, 3]);
+    expect((await call('GET', '/v1/audit/verify')).json).toMatchObject({ ok: true, entries: 4 });
   });
 });

@@ -2,14 +2,14 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { sha256Hex, systemClock, type BackendName, type Clock, type SandboxDriver } from '../core/index.js';
+import { sha256Hex, systemClock, type BackendName, type Clock, type SandboxDriver, type SnapshotStore } from '../core/index.js';
 import { GvisorDriver } from '../drivers/gvisor/driver.js';
 import { QemuDriver } from '../drivers/qemu/driver.js';
 import { ensureRootfs } from '../drivers/image/rootfs.js';
 import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
 import { recover, type RecoveryReport } from '../engine/recovery.js';
 import { newSecret } from '../engine/auth.js';
-import { openSqliteStore } from '../store/sqlite.js';
+import { openSqliteStore, type SqliteStore } from '../store/sqlite.js';
 import { verifyAudit } from '../store/audit.js';
 import { LocalSnapshotStore } from '../store/snapshot-dir.js';
 import type { Engine } from '../engine/api.js';
@@ -91,20 +91,48 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
     }
   }
 
+  return composeEngine({ dataDir, store, snapshots, drivers, unavailable, rootKey: key, clock, defaults: opts.defaults, idleSweepMs: opts.idleSweepMs, log });
+}
+
+/** What composeEngine wires together: everything createBerth opens, already open. */
+export interface EngineParts {
+  dataDir: string;
+  store: SqliteStore;
+  snapshots: SnapshotStore;
+  drivers: Partial<Record<BackendName, SandboxDriver>>;
+  /** Why a configured backend is missing (shown by /healthz). */
+  unavailable?: Partial<Record<BackendName, string>>;
+  /** The root operator token. */
+  rootKey: string;
+  clock: Clock;
+  defaults?: SessionManagerOptions['defaults'];
+  /** How often idle sessions are checked, ms. Default 1000; 0 disables the timer. */
+  idleSweepMs?: number;
+  log?: (line: string) => void;
+}
+
+/**
+ * The engine over open parts: SessionManager with its gate, recovery, the idle sweeper. createBerth calls it
+ * with real drivers; the tests' createTestEngine (test/helpers/engine.ts) with the in-memory driver, so both
+ * get the same wiring. close() closes the engine, its drivers and the store.
+ */
+export async function composeEngine(parts: EngineParts): Promise<Berth> {
+  const { store, snapshots, drivers, clock } = parts;
+  const log = parts.log ?? (() => undefined);
   const manager = new SessionManager({
     store,
     audit: store.audit,
     verifyAudit: () => verifyAudit(store),
     snapshots,
     drivers,
-    unavailable,
-    rootKeyHash: sha256Hex(key),
+    unavailable: parts.unavailable,
+    rootKeyHash: sha256Hex(parts.rootKey),
     clock,
-    defaults: opts.defaults,
+    defaults: parts.defaults,
     log,
   });
   const recovery = await recover({ manager, store, snapshots, drivers, log });
-  const sweepMs = opts.idleSweepMs ?? 1000;
+  const sweepMs = parts.idleSweepMs ?? 1000;
   let sweeping = false;
   const timer = sweepMs > 0
     ? setInterval(() => {
@@ -117,9 +145,9 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   return {
     engine: manager,
     manager,
-    rootKey: key,
+    rootKey: parts.rootKey,
     recovery,
-    dataDir,
+    dataDir: parts.dataDir,
     async close() {
       if (timer) clearInterval(timer);
       await manager.close();

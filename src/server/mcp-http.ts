@@ -11,7 +11,7 @@
  */
 import { Hono } from 'hono';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
-import { AppError, type Principal } from '../core/index.js';
+import type { Principal } from '../core/index.js';
 import type { Engine, GateService } from '../engine/api.js';
 import { LIMITS, toApprovalView } from '../protocol/index.js';
 import { idParam, principal, type Env } from './context.js';
@@ -19,7 +19,7 @@ import type { Logger } from './log.js';
 import { mcpServerFor, type ApprovalLookup } from './mcp.js';
 
 export interface McpRouteDeps {
-  /** Its `gate` serves the tools; an engine without one answers 503 unavailable. */
+  /** Its `gate` serves the tools. */
   engine: Pick<Engine, 'gate'>;
   log: Logger;
 }
@@ -31,7 +31,6 @@ export function mcpRoutes(deps: McpRouteDeps): Hono<Env> {
     const sessionId = idParam(c, 'session');
     const p = principal(c);
     const gate = deps.engine.gate;
-    if (!gate) throw new AppError('unavailable', 'this server has no tool gate, so it serves no MCP tools');
     // A session the caller may not see is a plain HTTP 404 before any MCP traffic. (listTools, not
     // getSession: agent tokens may list their session's tools but not read its record.)
     await gate.listTools(p, sessionId);

@@ -1,6 +1,7 @@
 /**
- * The MCP adapter against a scripted gate, through the official SDK client: over an in-memory pair, and
- * over streamable HTTP through the Hono route in-process. The real gate and sandbox are in test/mcp/.
+ * The MCP adapter through the official SDK client: over an in-memory pair against a scripted ToolGateApi
+ * (the adapter's mapping of every outcome is the subject), and over streamable HTTP through the Hono route
+ * in-process against the real engine and gate over the in-memory driver. Real runsc is in test/mcp/.
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -8,14 +9,14 @@ import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { Hono } from 'hono';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AppError, type ApprovalRecord, type Principal } from '../core/index.js';
-import type { CallResult, GateService, ToolCall, ToolGateApi, ToolView } from '../engine/api.js';
+import type { CallResult, ToolCall, ToolGateApi, ToolView } from '../engine/api.js';
 import type { Env } from './context.js';
 import { APPROVAL_STATUS_TOOL, META_DECISION, META_STEP, mcpServerFor } from './mcp.js';
 import { mcpRoutes } from './mcp-http.js';
 import { toApprovalView } from '../protocol/index.js';
 import { bearerAuth, errorHandler, notFound } from './middleware.js';
 import { silentLogger } from './log.js';
-import { MemoryEngine, ROOT_TOKEN } from './testing/memory-engine.js';
+import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
 
 const TOOLS: ToolView[] = [
   {
@@ -37,10 +38,7 @@ const TOOLS: ToolView[] = [
 class ScriptedGate implements ToolGateApi {
   calls: Array<{ p: Principal; sessionId: string; call: ToolCall }> = [];
   next: CallResult | Error = { decision: 'allow', result: { content: 'hello' } };
-  /** Which session ids exist (the real gate answers not_found for the others). */
-  known: (sessionId: string) => boolean = () => true;
-  async listTools(_p: Principal, sessionId: string): Promise<ToolView[]> {
-    if (!this.known(sessionId)) throw new AppError('not_found', `session ${sessionId} not found`);
+  async listTools(): Promise<ToolView[]> {
     return TOOLS;
   }
   async callTool(p: Principal, sessionId: string, call: ToolCall): Promise<CallResult> {
@@ -142,21 +140,20 @@ describe('mcpServerFor (in memory)', () => {
   });
 });
 
-describe('mcpRoutes (streamable HTTP, in process)', () => {
-  let gate: ScriptedGate;
-  let engine: MemoryEngine;
+describe('mcpRoutes (streamable HTTP, in process, over the real engine and gate)', () => {
+  let t: TestEngine;
   let app: Hono<Env>;
 
-  beforeEach(() => {
-    gate = new ScriptedGate();
-    engine = new MemoryEngine();
+  beforeEach(async () => {
+    t = await createTestEngine();
     app = new Hono<Env>();
-    app.use('/v1/*', bearerAuth(engine));
-    gate.known = (id) => engine.sessions.has(id);
-    const gated = { gate: gate as unknown as GateService };
-    app.route('/v1', mcpRoutes({ engine: gated, log: silentLogger }));
+    app.use('/v1/*', bearerAuth(t.engine));
+    app.route('/v1', mcpRoutes({ engine: t.engine, log: silentLogger }));
     app.notFound(notFound());
     app.onError(errorHandler(silentLogger));
+  });
+  afterEach(async () => {
+    await t.close();
   });
 
   function connect(sessionId: string, token: string): Promise<Client> {
@@ -169,43 +166,56 @@ describe('mcpRoutes (streamable HTTP, in process)', () => {
   }
 
   it('serves the session to its agent token, stateless, with the principal bound per request', async () => {
-    const { session, agentToken } = await engine.createSession({ kind: 'root', id: 'root', tenantId: null }, {});
+    const { session, agentToken } = await t.engine.createSession(t.root, {});
+    await t.engine.writeFile(t.root, session.id, '/work/a', (async function* () {
+      yield new TextEncoder().encode('hello');
+    })());
     const client = await connect(session.id, agentToken);
     const { tools } = await client.listTools();
-    expect(tools.map((t) => t.name)).toEqual(['fs.read', 'report.publish', APPROVAL_STATUS_TOOL]);
-    const r = await client.callTool({ name: 'fs.read', arguments: { path: '/a' } });
-    expect(r.structuredContent).toEqual({ content: 'hello' });
-    expect(gate.calls[0]).toMatchObject({ p: { kind: 'agent', id: session.id }, sessionId: session.id });
+    expect(tools.map((x) => x.name)).toEqual(expect.arrayContaining(['fs.read', 'fs.write', 'shell.exec']));
+    expect(tools.at(-1)?.name).toBe(APPROVAL_STATUS_TOOL);
+    const r = await client.callTool({ name: 'fs.read', arguments: { path: '/work/a' } });
+    expect(r.isError).toBeFalsy();
+    expect(r.structuredContent).toMatchObject({ path: '/work/a', content: 'hello', size: 5, truncated: false });
+    // The gate decided and recorded the call, in the agent's name.
+    const result = t.engine.auditQuery(t.root, { sessionId: session.id }).find((e) => e.action === 'tool.result');
+    expect(result?.principal).toMatchObject({ kind: 'agent', id: session.id });
     await client.close();
   });
 
-  it('refuses a missing token and an unknown session over plain HTTP', async () => {
+  it('turns a policy deny into a tool error naming stage and code', async () => {
+    const { session, agentToken } = await t.engine.createSession(t.root, {});
+    const client = await connect(session.id, agentToken);
+    const r = await client.callTool({ name: 'fs.write', arguments: { path: '/proc/x', content: 'x' } });
+    expect(r.isError).toBe(true);
+    expect(r._meta?.[META_DECISION]).toMatchObject({ decision: 'deny', stage: 'policy' });
+    await client.close();
+  });
+
+  it('refuses a missing token, an unknown session and another session\'s agent over plain HTTP', async () => {
     const res = await app.request('/v1/sessions/ses_x/mcp', { method: 'POST', body: '{}' });
     expect(res.status).toBe(401);
-    await expect(connect('ses_00000000000000000000000000', ROOT_TOKEN)).rejects.toThrow();
-    const r = await app.request('/v1/sessions/ses_00000000000000000000000000/mcp', {
+    await expect(connect('ses_00000000000000000000', t.rootKey)).rejects.toThrow();
+    const r = await app.request('/v1/sessions/ses_00000000000000000000/mcp', {
       method: 'POST',
-      headers: { authorization: `Bearer ${ROOT_TOKEN}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      headers: { authorization: `Bearer ${t.rootKey}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
     });
     expect(r.status).toBe(404);
     expect((await r.json()).error.code).toBe('not_found');
-  });
-
-  it('answers 503 unavailable when the engine has no gate', async () => {
-    const bare = new Hono<Env>();
-    bare.use('/v1/*', bearerAuth(engine));
-    bare.route('/v1', mcpRoutes({ engine: { gate: undefined }, log: silentLogger }));
-    bare.onError(errorHandler(silentLogger));
-    const { session } = await engine.createSession({ kind: 'root', id: 'root', tenantId: null }, {});
-    const res = await bare.request(`/v1/sessions/${session.id}/mcp`, { method: 'POST', headers: { authorization: `Bearer ${ROOT_TOKEN}` }, body: '{}' });
-    expect(res.status).toBe(503);
-    expect((await res.json()).error.code).toBe('unavailable');
+    const a = await t.engine.createSession(t.root, {});
+    const b = await t.engine.createSession(t.root, {});
+    const other = await app.request(`/v1/sessions/${b.session.id}/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${a.agentToken}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    });
+    expect(other.status).toBe(404);
   });
 
   it('answers GET and DELETE with 405', async () => {
     for (const method of ['GET', 'DELETE']) {
-      const res = await app.request('/v1/sessions/ses_x/mcp', { method, headers: { authorization: `Bearer ${ROOT_TOKEN}` } });
+      const res = await app.request('/v1/sessions/ses_x/mcp', { method, headers: { authorization: `Bearer ${t.rootKey}` } });
       expect(res.status).toBe(405);
     }
   });

@@ -1,13 +1,21 @@
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../core/index.js';
 import { createApp } from './app.js';
 import { parseServeArgs } from './main.js';
 import { startServer } from './serve.js';
-import { MemoryEngine, ROOT_TOKEN } from './testing/memory-engine.js';
+import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
+
+let t: TestEngine;
+beforeAll(async () => {
+  t = await createTestEngine();
+});
+afterAll(async () => {
+  await t.close();
+});
 
 describe('startServer', () => {
   it('serves on a free port and closes gracefully', async () => {
-    const s = await startServer({ app: createApp({ engine: new MemoryEngine() }), port: 0 });
+    const s = await startServer({ app: createApp({ engine: t.engine }), port: 0 });
     expect(s.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const r = await fetch(`${s.url}/healthz`);
     expect(r.status).toBe(200);
@@ -16,11 +24,11 @@ describe('startServer', () => {
     await expect(fetch(`${s.url}/healthz`)).rejects.toThrow();
   });
   it('cuts connections still streaming after the grace period', async () => {
-    const engine = new MemoryEngine();
+    const engine = t.engine;
     const s = await startServer({ app: createApp({ engine }), port: 0, graceMs: 100 });
-    const h = { authorization: `Bearer ${ROOT_TOKEN}`, 'content-type': 'application/json' };
+    const h = { authorization: `Bearer ${t.rootKey}`, 'content-type': 'application/json' };
     const created = await (await fetch(`${s.url}/v1/sessions`, { method: 'POST', headers: h, body: '{}' })).json();
-    const ex = await fetch(`${s.url}/v1/sessions/${created.id}/exec`, { method: 'POST', headers: h, body: JSON.stringify({ argv: ['sleep', '60000'] }) });
+    const ex = await fetch(`${s.url}/v1/sessions/${created.id}/exec`, { method: 'POST', headers: h, body: JSON.stringify({ argv: ['sleep', '60'] }) });
     const reader = ex.body!.getReader();
     await reader.read(); // started
     const t0 = Date.now();
@@ -29,16 +37,16 @@ describe('startServer', () => {
     await expect(reader.read()).rejects.toThrow();
   });
   it('an address in use is unavailable; a bad port is config', async () => {
-    const a = await startServer({ app: createApp({ engine: new MemoryEngine() }), port: 0 });
-    const err = await startServer({ app: createApp({ engine: new MemoryEngine() }), port: a.port }).catch((e) => e);
+    const a = await startServer({ app: createApp({ engine: t.engine }), port: 0 });
+    const err = await startServer({ app: createApp({ engine: t.engine }), port: a.port }).catch((e) => e);
     expect(err).toBeInstanceOf(AppError);
     expect(err.code).toBe('unavailable');
     await a.close();
-    expect((await startServer({ app: createApp({ engine: new MemoryEngine() }), port: 70000 }).catch((e) => e)).code).toBe('config');
+    expect((await startServer({ app: createApp({ engine: t.engine }), port: 70000 }).catch((e) => e)).code).toBe('config');
   });
   it('closes when its signal aborts', async () => {
     const ac = new AbortController();
-    const s = await startServer({ app: createApp({ engine: new MemoryEngine() }), port: 0, signal: ac.signal });
+    const s = await startServer({ app: createApp({ engine: t.engine }), port: 0, signal: ac.signal });
     ac.abort();
     await s.close();
     await expect(fetch(`${s.url}/healthz`)).rejects.toThrow();

@@ -69,6 +69,7 @@ export class GvisorDriver implements SandboxDriver {
     fork: true,
     liveMemory: true,
     snapshotWhileRunning: true,
+    userland: 'full' as const,
     isolation: 'user-space-kernel' as const,
   });
 

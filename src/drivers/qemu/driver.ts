@@ -125,6 +125,7 @@ export class QemuDriver implements SandboxDriver {
     fork: true,
     liveMemory: true,
     snapshotWhileRunning: true,
+    userland: 'full' as const,
     isolation: 'hypervisor' as const,
   });
 

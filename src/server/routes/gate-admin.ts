@@ -21,7 +21,6 @@ import {
   type ToolDefinitionView,
 } from '../../protocol/index.js';
 import { idParam, principal, readJson, readQuery, readText, type Ctx, type Env, type RouteDeps } from '../context.js';
-import { gateOf } from './gate.js';
 
 export function toPolicyView(i: TenantPolicyInfo): PolicyView {
   return { ...i, updatedAt: isoOrNull(i.updatedAt), warnings: [...i.warnings] };
@@ -74,69 +73,69 @@ export function gateAdminRoutes({ engine }: RouteDeps): Hono<Env> {
     const q = readQuery(c, TenantQuerySchema);
     const type = c.req.header('content-type') ?? '';
     const text = /^application\/json\b/i.test(type) ? (await readJson(c, PolicyBodySchema)).policy : await readText(c, (1 << 20) + 1);
-    return c.json<PolicyView>(toPolicyView(gateOf(engine).setPolicy(principal(c), text, q)));
+    return c.json<PolicyView>(toPolicyView(engine.gate.setPolicy(principal(c), text, q)));
   });
 
-  r.get('/policy', (c) => c.json<PolicyView>(toPolicyView(gateOf(engine).getPolicy(principal(c), readQuery(c, TenantQuerySchema)))));
+  r.get('/policy', (c) => c.json<PolicyView>(toPolicyView(engine.gate.getPolicy(principal(c), readQuery(c, TenantQuerySchema)))));
 
   r.post('/tools', async (c) => {
     const q = readQuery(c, TenantQuerySchema);
     const def = await readAnyJson(c);
-    return c.json<ToolDefinitionView>(toToolDefinitionView(gateOf(engine).defineTool(principal(c), def, q)), 201);
+    return c.json<ToolDefinitionView>(toToolDefinitionView(engine.gate.defineTool(principal(c), def, q)), 201);
   });
 
   r.get('/tools', (c) => {
-    const list = gateOf(engine).listToolDefinitions(principal(c), readQuery(c, TenantQuerySchema));
+    const list = engine.gate.listToolDefinitions(principal(c), readQuery(c, TenantQuerySchema));
     return c.json<ToolDefinitionListView>({ tools: list.map(toToolDefinitionView) });
   });
 
   r.get('/approvals', (c) => {
     const q = readQuery(c, ApprovalsQuerySchema);
-    const list = gateOf(engine).listApprovals(principal(c), { ...(q.state ? { statuses: q.state } : {}), ...(q.sessionId ? { sessionId: q.sessionId } : {}) });
+    const list = engine.gate.listApprovals(principal(c), { ...(q.state ? { statuses: q.state } : {}), ...(q.sessionId ? { sessionId: q.sessionId } : {}) });
     return c.json<ApprovalListView>({ approvals: list.map(toApprovalView) });
   });
 
   r.post('/approvals/:id/approve', async (c) => {
     const id = idParam(c, 'approval');
     await readJson(c, EmptyBodySchema);
-    return c.json<ApprovalView>(toApprovalView(await gateOf(engine).approve(principal(c), id)));
+    return c.json<ApprovalView>(toApprovalView(await engine.gate.approve(principal(c), id)));
   });
 
   r.post('/approvals/:id/deny', async (c) => {
     const id = idParam(c, 'approval');
     const body = await readJson(c, DenyBodySchema);
-    return c.json<ApprovalView>(toApprovalView(await gateOf(engine).deny(principal(c), id, body.reason)));
+    return c.json<ApprovalView>(toApprovalView(await engine.gate.deny(principal(c), id, body.reason)));
   });
 
   r.put('/sessions/:id/tools', async (c) => {
     const id = idParam(c, 'session');
     const body = await readJson(c, InstallToolsBodySchema);
-    return c.json<GateView>(toGateView(await gateOf(engine).installTools(principal(c), id, body.tools)));
+    return c.json<GateView>(toGateView(await engine.gate.installTools(principal(c), id, body.tools)));
   });
 
-  r.get('/sessions/:id/gate', async (c) => c.json<GateView>(toGateView(await gateOf(engine).getGate(principal(c), idParam(c, 'session')))));
+  r.get('/sessions/:id/gate', async (c) => c.json<GateView>(toGateView(await engine.gate.getGate(principal(c), idParam(c, 'session')))));
 
   r.put('/sessions/:id/gate', async (c) => {
     const id = idParam(c, 'session');
     const body = await readJson(c, GateSettingsBodySchema);
-    return c.json<GateView>(toGateView(await gateOf(engine).setGate(principal(c), id, body)));
+    return c.json<GateView>(toGateView(await engine.gate.setGate(principal(c), id, body)));
   });
 
   r.post('/sessions/:id/breaker/reset', async (c) => {
     const id = idParam(c, 'session');
     await readJson(c, EmptyBodySchema);
-    return c.json<GateView>(toGateView(await gateOf(engine).resetBreaker(principal(c), id)));
+    return c.json<GateView>(toGateView(await engine.gate.resetBreaker(principal(c), id)));
   });
 
-  r.get('/sessions/:id/plan', async (c) => c.json<PlanView>(toPlanView(await gateOf(engine).getPlan(principal(c), idParam(c, 'session')))));
+  r.get('/sessions/:id/plan', async (c) => c.json<PlanView>(toPlanView(await engine.gate.getPlan(principal(c), idParam(c, 'session')))));
 
   r.put('/sessions/:id/plan', async (c) => {
     const id = idParam(c, 'session');
     const plan = await readAnyJson(c);
-    return c.json<PlanView>(toPlanView(await gateOf(engine).setPlan(principal(c), id, plan)));
+    return c.json<PlanView>(toPlanView(await engine.gate.setPlan(principal(c), id, plan)));
   });
 
-  r.delete('/sessions/:id/plan', async (c) => c.json<PlanView>(toPlanView(await gateOf(engine).clearPlan(principal(c), idParam(c, 'session')))));
+  r.delete('/sessions/:id/plan', async (c) => c.json<PlanView>(toPlanView(await engine.gate.clearPlan(principal(c), idParam(c, 'session')))));
 
   return r;
 }

@@ -3,41 +3,33 @@
  * Agent tokens may use these (for their own session only); everything else under /v1 is for operators.
  */
 import { Hono } from 'hono';
-import { UnavailableError } from '../../core/index.js';
-import type { Engine, GateService } from '../../engine/api.js';
 import { CallBodySchema, CallsBodySchema, toApprovalView, type ApprovalView, type CallResultView, type ToolListView } from '../../protocol/index.js';
 import { callOpts, idParam, principal, readJson, type Env, type RouteDeps } from '../context.js';
-
-/** The engine's gate, or 503 when this engine has none. */
-export function gateOf(engine: Engine): GateService {
-  if (!engine.gate) throw new UnavailableError('this server has no tool gate');
-  return engine.gate;
-}
 
 export function gateRoutes({ engine }: RouteDeps): Hono<Env> {
   const r = new Hono<Env>();
 
   r.get('/sessions/:id/tools', async (c) => {
-    const tools = await gateOf(engine).listTools(principal(c), idParam(c, 'session'));
+    const tools = await engine.gate.listTools(principal(c), idParam(c, 'session'));
     return c.json<ToolListView>({ tools });
   });
 
   r.post('/sessions/:id/tools/:name/call', async (c) => {
     const id = idParam(c, 'session');
     const body = await readJson(c, CallBodySchema);
-    const res = await gateOf(engine).callTool(principal(c), id, { tool: c.req.param('name'), args: body.args, ...(body.step !== undefined ? { step: body.step } : {}) }, callOpts(c));
+    const res = await engine.gate.callTool(principal(c), id, { tool: c.req.param('name'), args: body.args, ...(body.step !== undefined ? { step: body.step } : {}) }, callOpts(c));
     return c.json<CallResultView>(res);
   });
 
   r.post('/sessions/:id/calls', async (c) => {
     const id = idParam(c, 'session');
     const body = await readJson(c, CallsBodySchema);
-    const res = await gateOf(engine).callTool(principal(c), id, { tool: body.tool, args: body.args, ...(body.step !== undefined ? { step: body.step } : {}) }, callOpts(c));
+    const res = await engine.gate.callTool(principal(c), id, { tool: body.tool, args: body.args, ...(body.step !== undefined ? { step: body.step } : {}) }, callOpts(c));
     return c.json<CallResultView>(res);
   });
 
   r.get('/sessions/:id/approvals/:approvalId', (c) => {
-    const a = gateOf(engine).getApproval(principal(c), idParam(c, 'session'), idParam(c, 'approval', 'approvalId'));
+    const a = engine.gate.getApproval(principal(c), idParam(c, 'session'), idParam(c, 'approval', 'approvalId'));
     return c.json<ApprovalView>(toApprovalView(a));
   });
 

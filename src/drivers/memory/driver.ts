@@ -1,0 +1,386 @@
+/**
+ * An in-memory SandboxDriver: a real implementation of the port for tests above it (engine, server, SDK,
+ * CLI), run by the shared driver conformance suite like gVisor and QEMU. It needs no root and starts
+ * nothing on the host.
+ *
+ * - Files live in a tree per sandbox (drivers/memory/fs.ts); `/dev/null` discards writes.
+ * - exec runs the built-in command set of drivers/memory/shell.ts (`capabilities.userland: 'builtin'`):
+ *   echo, cat, sh -c, sleep, exit N, sha256sum, … — no host binary is ever run.
+ * - pause holds every command: no output, no exit and no wake-up from sleep until resume.
+ * - checkpoint writes the file tree and identity to the image directory (`memory-image.bin` plus the
+ *   `berth-image.json` manifest recovery looks for); restore reads it back, so one image restores into
+ *   independent branches. Running commands are not carried over (`capabilities.liveMemory: false`).
+ * - stats: cpuSeconds counts 1 ms per command run; memory is the bytes held in files plus 1 MiB.
+ *
+ * Fault injection (tests of the engine's failure paths): `failNext(op, error, { times, after, midway })`
+ * makes calls of one port method throw `error`: the next `times` (default 1) calls, after letting `after`
+ * (default 0) calls succeed; by default before doing anything, with `midway` (checkpoint and restore only)
+ * half-way: a checkpoint leaves a partial image (no manifest), a restore leaves a started sandbox behind,
+ * as a backend that dies in the middle would. `crash(sandboxId, reason)` makes a sandbox die on its own,
+ * as an OOM kill would (onExit listeners are told).
+ */
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { deserialize, serialize } from 'node:v8';
+import {
+  NotFoundError,
+  SandboxError,
+  throwIfAborted,
+  type BackendName,
+  type CallOptions,
+  type CheckpointResult,
+  type DriverCapabilities,
+  type ExecHandle,
+  type ExecRequest,
+  type FileEntry,
+  type FileStat,
+  type SandboxDriver,
+  type SandboxIdentity,
+  type SandboxSpec,
+  type SandboxStats,
+} from '../../core/index.js';
+import { MemoryExec } from './exec.js';
+import { MemoryFs, concat, type MemNode } from './fs.js';
+import { EMPTY, runProgram, type ShellContext } from './shell.js';
+
+/** The port methods failNext can make fail. */
+export const MEMORY_DRIVER_OPS = [
+  'probe', 'create', 'adopt', 'list', 'exec', 'readFile', 'writeFile', 'listFiles', 'stat', 'realpath', 'mkdir',
+  'remove', 'pause', 'resume', 'checkpoint', 'restore', 'stats', 'destroy',
+] as const;
+export type MemoryDriverOp = (typeof MEMORY_DRIVER_OPS)[number];
+
+export interface MemoryDriverOptions {
+  /** The backend name the driver answers to; the engine keys its drivers by it. Default 'gvisor'. */
+  name?: BackendName;
+  /** Capabilities over the defaults (fork, snapshotWhileRunning: true; liveMemory: false). */
+  capabilities?: Partial<DriverCapabilities>;
+  /** Milliseconds since the epoch, for file times. Default Date.now. */
+  now?: () => number;
+  /** Called with every chunk writeFile receives, as it arrives (tests check that uploads stream). */
+  onWriteChunk?: (sandboxId: string, path: string, chunk: Uint8Array) => void | Promise<void>;
+}
+
+const IMAGE_FILE = 'memory-image.bin';
+const MANIFEST_FILE = 'berth-image.json';
+const BASE_MEMORY = 1 << 20;
+
+interface Fault {
+  /** Calls still to let through before this one fails. */
+  after: number;
+  error: Error;
+  midway: boolean;
+}
+
+interface Image {
+  version: 1;
+  root: MemNode;
+}
+
+class Box {
+  paused: { promise: Promise<void>; resolve: () => void } | null = null;
+  readonly jobs = new Set<AbortController>();
+  readonly execs = new Set<MemoryExec>();
+  cpuMs = 0;
+  peak = 0;
+  constructor(
+    readonly spec: SandboxSpec,
+    readonly fs: MemoryFs,
+  ) {}
+  running = (): Promise<void> => this.paused?.promise ?? Promise.resolve();
+  /** Kills every command and background job (the machine stops). */
+  stopAll(): void {
+    for (const j of this.jobs) j.abort(new Error('the sandbox stopped'));
+    this.jobs.clear();
+    for (const e of this.execs) void e.kill(9);
+    this.execs.clear();
+    this.paused?.resolve();
+  }
+}
+
+export class MemoryDriver implements SandboxDriver {
+  readonly name: BackendName;
+  readonly capabilities: DriverCapabilities;
+  private readonly boxes = new Map<string, Box>();
+  private readonly listeners: Array<(sandboxId: string, reason: string) => void> = [];
+  private readonly faults = new Map<MemoryDriverOp, Array<Fault>>();
+  private readonly now: () => number;
+
+  constructor(private readonly o: MemoryDriverOptions = {}) {
+    this.name = o.name ?? 'gvisor';
+    this.capabilities = Object.freeze({
+      fork: true,
+      liveMemory: false,
+      snapshotWhileRunning: true,
+      isolation: 'user-space-kernel' as const,
+      userland: 'builtin' as const,
+      ...o.capabilities,
+    });
+    this.now = o.now ?? Date.now;
+  }
+
+  // ---- test controls --------------------------------------------------------------------------------
+
+  /**
+   * Calls of `op` throw `error`: `times` of them (default 1), after `after` successful ones (default 0).
+   * With `midway` (checkpoint, restore) the call fails half-way instead of before doing anything.
+   */
+  failNext(op: MemoryDriverOp, error: Error, opts: { times?: number; after?: number; midway?: boolean } = {}): void {
+    if (opts.midway && op !== 'checkpoint' && op !== 'restore') throw new TypeError('midway faults exist for checkpoint and restore only');
+    const q = this.faults.get(op) ?? [];
+    for (let i = 0; i < (opts.times ?? 1); i++) q.push({ error, after: i === 0 ? (opts.after ?? 0) : 0, midway: !!opts.midway });
+    this.faults.set(op, q);
+  }
+
+  /** The sandbox dies on its own with this reason: its commands end and onExit listeners are told. */
+  crash(sandboxId: string, reason = 'killed by the OOM killer'): void {
+    const box = this.box(sandboxId);
+    box.stopAll();
+    this.boxes.delete(sandboxId);
+    for (const l of this.listeners) l(sandboxId, reason);
+  }
+
+  /** Whether a sandbox exists (running or paused). */
+  has(sandboxId: string): boolean {
+    return this.boxes.has(sandboxId);
+  }
+
+  /** Throws an injected fault due now (before the call does anything), or returns one due half-way. */
+  private fault(op: MemoryDriverOp, opts?: CallOptions): Error | undefined {
+    throwIfAborted(opts?.signal);
+    const q = this.faults.get(op);
+    const f = q?.[0];
+    if (!f) return undefined;
+    if (f.after > 0) {
+      f.after--;
+      return undefined;
+    }
+    q.shift();
+    if (f.midway) return f.error;
+    throw f.error;
+  }
+
+  private box(sandboxId: string): Box {
+    const b = this.boxes.get(sandboxId);
+    if (!b) throw new NotFoundError('sandbox', sandboxId);
+    return b;
+  }
+
+  private start(spec: SandboxSpec, fs: MemoryFs): void {
+    if (this.boxes.has(spec.sandboxId)) throw new SandboxError(`sandbox ${spec.sandboxId} already exists`);
+    const box = new Box(spec, fs);
+    this.applyIdentity(box, spec.identity);
+    this.boxes.set(spec.sandboxId, box);
+  }
+
+  /** What the agent does on its `N` line: hostname, /etc/machine-id and the resume signal. */
+  private applyIdentity(box: Box, id: SandboxIdentity): void {
+    const text = (s: string) => new TextEncoder().encode(s);
+    box.fs.mkdir('/etc', { parents: true });
+    box.fs.mkdir('/run/berth', { parents: true });
+    box.fs.writeFile('/etc/hostname', text(`${id.hostname}\n`));
+    box.fs.writeFile('/etc/machine-id', text(`${id.machineId}\n`), { mode: 0o444 });
+    const resume = { generation: id.generation, reason: id.reason, hostname: id.hostname, machineId: id.machineId };
+    box.fs.writeFile('/run/berth/resume', text(`${JSON.stringify(resume)}\n`));
+  }
+
+  // ---- the port -------------------------------------------------------------------------------------
+
+  async probe(opts?: CallOptions): Promise<void> {
+    this.fault('probe', opts);
+  }
+
+  async create(spec: SandboxSpec, opts?: CallOptions): Promise<void> {
+    this.fault('create', opts);
+    this.start(spec, MemoryFs.fresh(this.now));
+  }
+
+  async adopt(spec: SandboxSpec, opts?: CallOptions): Promise<boolean> {
+    this.fault('adopt', opts);
+    return this.boxes.has(spec.sandboxId);
+  }
+
+  async list(opts?: CallOptions): Promise<string[]> {
+    this.fault('list', opts);
+    return [...this.boxes.keys()];
+  }
+
+  async exec(sandboxId: string, req: ExecRequest, opts?: CallOptions): Promise<ExecHandle> {
+    this.fault('exec', opts);
+    const box = this.box(sandboxId);
+    const h = new MemoryExec({ stdin: !!req.stdin, timeoutMs: req.timeoutMs });
+    box.execs.add(h);
+    const out = (type: 'stdout' | 'stderr') => async (d: Uint8Array) => {
+      await box.running();
+      h.emit(type, d);
+    };
+    const ctx: ShellContext = {
+      fs: box.fs,
+      hostname: () => box.spec.identity.hostname,
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/root', ...box.spec.env, ...req.env },
+      cwd: req.cwd || '/',
+      stdin: req.stdin ? h.stdin : EMPTY,
+      stdout: out('stdout'),
+      stderr: out('stderr'),
+      signal: h.signal,
+      running: box.running,
+      spawnJob: (run) => {
+        const ctl = new AbortController();
+        box.jobs.add(ctl);
+        void run(ctl.signal).finally(() => box.jobs.delete(ctl));
+      },
+      charge: () => void (box.cpuMs += 1),
+      lastStatus: 0,
+    };
+    const done = async (code: number) => {
+      await box.running();
+      box.execs.delete(h);
+      h.finish(code);
+    };
+    const cwdOk = (() => {
+      try {
+        return box.fs.get(ctx.cwd).type === 'dir';
+      } catch {
+        return false;
+      }
+    })();
+    if (!cwdOk) {
+      h.emit('stderr', new TextEncoder().encode(`chdir ${ctx.cwd}: No such file or directory\n`));
+      void done(127);
+      return h;
+    }
+    void runProgram(req.argv, ctx).then(done, async (e: unknown) => {
+      if (!h.signal.aborted) h.emit('stderr', new TextEncoder().encode(`${req.argv[0]}: ${(e as Error).message}\n`));
+      await done(1);
+    });
+    return h;
+  }
+
+  async readFile(sandboxId: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>> {
+    this.fault('readFile', opts);
+    const data = this.box(sandboxId).fs.readFile(path);
+    return (async function* () {
+      for (let off = 0; off < data.byteLength; off += 64 * 1024) yield data.subarray(off, off + 64 * 1024);
+    })();
+  }
+
+  async writeFile(sandboxId: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
+    this.fault('writeFile', opts);
+    const box = this.box(sandboxId);
+    box.fs.find(path); // the parent must exist before the data is taken
+    const discard = box.fs.discards(path);
+    const parts: Uint8Array[] = [];
+    let total = 0;
+    for await (const chunk of data) {
+      throwIfAborted(opts.signal);
+      await this.o.onWriteChunk?.(sandboxId, path, chunk);
+      total += chunk.byteLength;
+      if (!discard) parts.push(new Uint8Array(chunk));
+    }
+    // Atomic: the file appears whole, once every byte has arrived.
+    box.fs.writeFile(path, concat(parts), { mode: opts.mode });
+    return total;
+  }
+
+  async listFiles(sandboxId: string, path: string, opts?: CallOptions): Promise<FileEntry[]> {
+    this.fault('listFiles', opts);
+    return this.box(sandboxId).fs.list(path);
+  }
+
+  async stat(sandboxId: string, path: string, opts?: CallOptions): Promise<FileStat> {
+    this.fault('stat', opts);
+    return this.box(sandboxId).fs.stat(path);
+  }
+
+  async realpath(sandboxId: string, path: string, opts?: CallOptions): Promise<string> {
+    this.fault('realpath', opts);
+    return this.box(sandboxId).fs.realpath(path);
+  }
+
+  async mkdir(sandboxId: string, path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<void> {
+    this.fault('mkdir', opts);
+    this.box(sandboxId).fs.mkdir(path, { parents: opts.parents });
+  }
+
+  async remove(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
+    this.fault('remove', opts);
+    this.box(sandboxId).fs.remove(path, { recursive: opts.recursive });
+  }
+
+  async pause(sandboxId: string, opts?: CallOptions): Promise<void> {
+    this.fault('pause', opts);
+    const box = this.box(sandboxId);
+    if (box.paused) return;
+    let resolve!: () => void;
+    const promise = new Promise<void>((r) => (resolve = r));
+    box.paused = { promise, resolve };
+  }
+
+  async resume(sandboxId: string, opts?: CallOptions): Promise<void> {
+    this.fault('resume', opts);
+    const box = this.box(sandboxId);
+    const p = box.paused;
+    box.paused = null;
+    p?.resolve();
+  }
+
+  async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
+    const midway = this.fault('checkpoint', opts);
+    const box = this.box(sandboxId);
+    const image: Image = { version: 1, root: box.fs.root };
+    const bytes = serialize(image);
+    await writeFile(join(imageDir, IMAGE_FILE), midway ? bytes.subarray(0, bytes.byteLength >> 1) : bytes);
+    if (midway) throw midway;
+    // The manifest last: its presence says the image is complete (engine/recovery.ts checks it).
+    await writeFile(join(imageDir, MANIFEST_FILE), JSON.stringify({ version: 1, backend: 'memory' }));
+    if (!opts.leaveRunning) {
+      box.stopAll();
+      this.boxes.delete(sandboxId);
+    }
+    return { bytes: bytes.byteLength };
+  }
+
+  async restore(spec: SandboxSpec, imageDir: string, opts?: CallOptions): Promise<void> {
+    const midway = this.fault('restore', opts);
+    let image: Image;
+    try {
+      image = deserialize(await readFile(join(imageDir, IMAGE_FILE))) as Image;
+    } catch (e) {
+      throw new SandboxError(`cannot read the image in ${imageDir}: ${(e as Error).message}`, { cause: e });
+    }
+    throwIfAborted(opts?.signal);
+    this.start(spec, new MemoryFs(image.root as Extract<MemNode, { type: 'dir' }>, this.now));
+    if (midway) throw midway;
+  }
+
+  async stats(sandboxId: string, opts?: CallOptions): Promise<SandboxStats> {
+    this.fault('stats', opts);
+    const box = this.box(sandboxId);
+    const memoryBytes = BASE_MEMORY + box.fs.bytes();
+    box.peak = Math.max(box.peak, memoryBytes);
+    return { cpuSeconds: box.cpuMs / 1000, memoryBytes, peakMemoryBytes: box.peak };
+  }
+
+  async destroy(sandboxId: string, opts?: CallOptions): Promise<void> {
+    this.fault('destroy', opts);
+    this.boxes.get(sandboxId)?.stopAll();
+    this.boxes.delete(sandboxId);
+  }
+
+  onExit(listener: (sandboxId: string, reason: string) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /**
+   * Commands cannot outlive the driver object (they are promises in this process), so close() ends them;
+   * the machines' files stay, and a second engine over the same driver adopts them.
+   */
+  async close(): Promise<void> {
+    for (const box of this.boxes.values()) {
+      for (const j of box.jobs) j.abort(new Error('the driver closed'));
+      box.jobs.clear();
+      for (const e of box.execs) void e.kill(9);
+      box.execs.clear();
+    }
+  }
+}
