@@ -146,9 +146,18 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
       expect(seen.join('')).toBe('late\n');
     }, T);
 
-    it('pauses (a shell loop stops) and resumes (it goes on)', async (ctx) => {
-      ctx.skip(d.capabilities.userland !== 'full', 'capabilities.userland is not full: the loop needs a real shell (while, $((…)))');
+    it('pauses (a shell loop stops) and resumes (it goes on)', async () => {
       const s = await start('pause');
+      if (d.capabilities.userland !== 'full') {
+        // No real shell for the loop (while, $((…))): the case above already shows a paused machine holds
+        // its output; here a pause/resume round trip leaves the machine answering, twice over.
+        for (let i = 0; i < 2; i++) {
+          await d.pause(s.sandboxId);
+          await d.resume(s.sandboxId);
+          expect((await run(d, s.sandboxId, ['echo', `r${i}`])).stdout).toBe(`r${i}\n`);
+        }
+        return;
+      }
       await run(d, s.sandboxId, ['sh', '-c', COUNTER]);
       await sleep(500);
       await d.pause(s.sandboxId);
