@@ -19,15 +19,15 @@
  *
  * Exits 0 when no run aborted, 1 otherwise. Loopback only; stops by itself.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { packageRoot } from '../src/server/compose.js';
 import { Berth } from '../src/sdk/index.js';
+import { startServerProcess, type ServerProcess } from './server-process.js';
 
 interface SoakOptions {
   runs: number;
@@ -52,7 +52,6 @@ interface RunResult {
   error?: string;
 }
 
-const ROOT = packageRoot();
 
 class BudgetError extends Error {
   constructor() {
@@ -79,35 +78,10 @@ function parseArgs(argv: string[]): SoakOptions {
   return o;
 }
 
-/** A berth server process and what it has said; `exited` settles when it exits, for whatever reason. */
-interface Server {
-  child: ChildProcess;
-  url: string;
-  token: string;
-  stderr: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
+type Server = ServerProcess;
 
 async function startServer(node: string, dataDir: string): Promise<Server> {
-  const child = spawn(node, [join(ROOT, 'bin', 'berth'), 'serve', '--host', '127.0.0.1', '--port', '0', '--data', dataDir, '--image-cache', join(ROOT, '.berth', 'images')], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout?.on('data', (b: Buffer) => (out = (out + b.toString()).slice(-64_000)));
-  child.stderr?.on('data', (b: Buffer) => (err = (err + b.toString()).slice(-TAIL)));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((res) => child.once('exit', (code, signal) => res({ code, signal })));
-  for (let i = 0; i < 1200; i++) {
-    const m = /"listening".*?"url":"([^"]+)"/.exec(out) ?? /"url":"([^"]+)".*?"listening"/.exec(out);
-    if (m) {
-      const token = (await readFile(join(dataDir, 'root.key'), 'utf8')).trim();
-      return { child, url: m[1] as string, token, stderr: () => err, exited };
-    }
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`berth serve exited at start (${child.exitCode ?? child.signalCode}): ${err || out}`);
-    await sleep(100);
-  }
-  child.kill('SIGKILL');
-  throw new Error(`berth serve did not start in 120 s: ${err || out}`);
+  return startServerProcess({ node, dataDir });
 }
 
 const PLAN = {
