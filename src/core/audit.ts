@@ -53,12 +53,15 @@ export interface AuditQuery {
   limit?: number;
 }
 
-/** The AuditLog port: append-only by construction, no update or delete. */
+/**
+ * The AuditLog port: append-only by construction, no update or delete. Calls made inside the store's
+ * transaction() are part of it (an appended entry commits or rolls back with it).
+ */
 export interface AuditLog {
-  append(input: AuditInput): AuditEntry;
-  query(q?: AuditQuery): AuditEntry[];
+  append(input: AuditInput): Promise<AuditEntry>;
+  query(q?: AuditQuery): Promise<AuditEntry[]>;
   /** Every entry in seq order, as stored, for verification. */
-  scan(): Iterable<AuditEntry>;
+  scan(): AsyncIterable<AuditEntry>;
 }
 
 export type VerifyResult =
@@ -66,17 +69,22 @@ export type VerifyResult =
   | { ok: false; entries: number; firstBadSeq: number; problem: 'edited' | 'removed' | 'reordered' | 'broken_link' };
 
 /**
- * Walks the chain in one pass (entries in seq order, as stored) and names the first entry that was
- * edited, removed or reordered. `entries` in the result counts the entries read.
+ * Checks entries one at a time, in seq order; the first failure is final. Shared by verifyChain (over an
+ * array or any iterable) and verifyChainAsync (over AuditLog.scan()).
  */
-export function verifyChain(entries: Iterable<AuditEntry>): VerifyResult {
-  let prev = GENESIS_HASH;
-  let expectSeq = 1;
-  let n = 0;
-  for (const e of entries) {
-    n++;
-    if (e.seq !== expectSeq) {
-      return { ok: false, entries: n, firstBadSeq: expectSeq, problem: e.seq > expectSeq ? 'removed' : 'reordered' };
+export class ChainChecker {
+  #prev = GENESIS_HASH;
+  #expectSeq = 1;
+  #n = 0;
+  #failed: VerifyResult | undefined;
+
+  /** Feeds one entry; returns the failure when this entry is the first bad one (or one already was). */
+  push(e: AuditEntry): VerifyResult | undefined {
+    if (this.#failed) return this.#failed;
+    this.#n++;
+    const n = this.#n;
+    if (e.seq !== this.#expectSeq) {
+      return (this.#failed = { ok: false, entries: n, firstBadSeq: this.#expectSeq, problem: e.seq > this.#expectSeq ? 'removed' : 'reordered' });
     }
     const { hash, ...rest } = e;
     let computed: string;
@@ -85,10 +93,31 @@ export function verifyChain(entries: Iterable<AuditEntry>): VerifyResult {
     } catch {
       computed = ''; // a value JSON cannot carry (e.g. a hand-written 1e999) was put in by hand
     }
-    if (computed !== hash) return { ok: false, entries: n, firstBadSeq: e.seq, problem: 'edited' };
-    if (e.prevHash !== prev) return { ok: false, entries: n, firstBadSeq: e.seq, problem: 'broken_link' };
-    prev = hash;
-    expectSeq++;
+    if (computed !== hash) return (this.#failed = { ok: false, entries: n, firstBadSeq: e.seq, problem: 'edited' });
+    if (e.prevHash !== this.#prev) return (this.#failed = { ok: false, entries: n, firstBadSeq: e.seq, problem: 'broken_link' });
+    this.#prev = hash;
+    this.#expectSeq++;
+    return undefined;
   }
-  return { ok: true, entries: n, headHash: prev };
+
+  result(): VerifyResult {
+    return this.#failed ?? { ok: true, entries: this.#n, headHash: this.#prev };
+  }
+}
+
+/**
+ * Walks the chain in one pass (entries in seq order, as stored) and names the first entry that was
+ * edited, removed or reordered. `entries` in the result counts the entries read.
+ */
+export function verifyChain(entries: Iterable<AuditEntry>): VerifyResult {
+  const c = new ChainChecker();
+  for (const e of entries) if (c.push(e)) break;
+  return c.result();
+}
+
+/** verifyChain over an async source such as AuditLog.scan(); stops reading at the first bad entry. */
+export async function verifyChainAsync(entries: AsyncIterable<AuditEntry> | Iterable<AuditEntry>): Promise<VerifyResult> {
+  const c = new ChainChecker();
+  for await (const e of entries) if (c.push(e)) break;
+  return c.result();
 }

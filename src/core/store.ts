@@ -12,8 +12,9 @@ import type {
 import type { SessionState } from './state.js';
 
 /**
- * The Store port: durable records. The embedded implementation is SQLite (src/store). Methods are
- * synchronous because the embedded store is; every write is durable when the call returns.
+ * The Store port: durable records. The embedded implementation is SQLite (src/store). Every method is
+ * asynchronous, so a database in another process can stand behind the port; a write is durable when its
+ * promise resolves (or, inside a transaction, when the transaction's promise resolves).
  */
 export interface SessionFilter {
   tenantId?: string;
@@ -21,50 +22,50 @@ export interface SessionFilter {
 }
 
 export interface SessionRepo {
-  insert(r: SessionRecord): void;
-  get(id: string): SessionRecord | undefined;
-  list(filter?: SessionFilter): SessionRecord[];
+  insert(r: SessionRecord): Promise<void>;
+  get(id: string): Promise<SessionRecord | undefined>;
+  list(filter?: SessionFilter): Promise<SessionRecord[]>;
   /** Replaces the record (matched by id). Throws NotFoundError when absent. */
-  put(r: SessionRecord): void;
+  put(r: SessionRecord): Promise<void>;
 }
 
 export interface SnapshotRepo {
-  insert(r: SnapshotRecord): void;
-  get(id: string): SnapshotRecord | undefined;
-  list(filter?: { tenantId?: string; sessionId?: string }): SnapshotRecord[];
-  delete(id: string): void;
+  insert(r: SnapshotRecord): Promise<void>;
+  get(id: string): Promise<SnapshotRecord | undefined>;
+  list(filter?: { tenantId?: string; sessionId?: string }): Promise<SnapshotRecord[]>;
+  delete(id: string): Promise<void>;
 }
 
 export interface TenantRepo {
-  insert(r: TenantRecord): void;
-  get(id: string): TenantRecord | undefined;
-  getByKeyHash(hash: string): TenantRecord | undefined;
-  list(): TenantRecord[];
+  insert(r: TenantRecord): Promise<void>;
+  get(id: string): Promise<TenantRecord | undefined>;
+  getByKeyHash(hash: string): Promise<TenantRecord | undefined>;
+  list(): Promise<TenantRecord[]>;
 }
 
 export interface PolicyRepo {
-  get(tenantId: string): TenantPolicyRecord | undefined;
+  get(tenantId: string): Promise<TenantPolicyRecord | undefined>;
   /** Inserts or replaces the tenant's policy. */
-  put(r: TenantPolicyRecord): void;
+  put(r: TenantPolicyRecord): Promise<void>;
 }
 
 export interface ToolRepo {
-  get(tenantId: string, name: string): ToolDefinitionRecord | undefined;
-  list(tenantId: string): ToolDefinitionRecord[];
+  get(tenantId: string, name: string): Promise<ToolDefinitionRecord | undefined>;
+  list(tenantId: string): Promise<ToolDefinitionRecord[]>;
   /** Inserts or replaces (tenantId, name). */
-  put(r: ToolDefinitionRecord): void;
+  put(r: ToolDefinitionRecord): Promise<void>;
 }
 
 export interface SessionGateRepo {
-  get(sessionId: string): SessionGateRecord | undefined;
+  get(sessionId: string): Promise<SessionGateRecord | undefined>;
   /** Inserts or replaces the session's row. */
-  put(r: SessionGateRecord): void;
+  put(r: SessionGateRecord): Promise<void>;
 }
 
 /** Deleting a snapshot (SnapshotRepo.delete) deletes its gate copy too. */
 export interface SnapshotGateRepo {
-  get(snapshotId: string): SnapshotGateRecord | undefined;
-  insert(r: SnapshotGateRecord): void;
+  get(snapshotId: string): Promise<SnapshotGateRecord | undefined>;
+  insert(r: SnapshotGateRecord): Promise<void>;
 }
 
 export interface ApprovalFilter {
@@ -74,16 +75,16 @@ export interface ApprovalFilter {
 }
 
 export interface ApprovalRepo {
-  insert(r: ApprovalRecord): void;
-  get(id: string): ApprovalRecord | undefined;
+  insert(r: ApprovalRecord): Promise<void>;
+  get(id: string): Promise<ApprovalRecord | undefined>;
   /** Replaces the record (matched by id). Throws NotFoundError when absent. */
-  put(r: ApprovalRecord): void;
+  put(r: ApprovalRecord): Promise<void>;
   /** Oldest first. */
-  list(filter?: ApprovalFilter): ApprovalRecord[];
+  list(filter?: ApprovalFilter): Promise<ApprovalRecord[]>;
   /** The newest approval of a session for one call (tool + canonical arguments). */
-  latestFor(sessionId: string, argsDigest: string): ApprovalRecord | undefined;
+  latestFor(sessionId: string, argsDigest: string): Promise<ApprovalRecord | undefined>;
   /** Pending approvals whose expiresAt is at or before `now`. */
-  expiring(now: number): ApprovalRecord[];
+  expiring(now: number): Promise<ApprovalRecord[]>;
 }
 
 export interface Store {
@@ -95,9 +96,15 @@ export interface Store {
   readonly gates: SessionGateRepo;
   readonly snapshotGates: SnapshotGateRepo;
   readonly approvals: ApprovalRepo;
-  /** Runs fn in one transaction; nested calls join the outer one. */
-  transaction<T>(fn: () => T): T;
-  close(): void;
+  /**
+   * Runs fn in one transaction and resolves to its result once committed; if fn throws (or its promise
+   * rejects) everything it wrote is rolled back and the error is rethrown. Every store and audit call made
+   * while fn runs, through `tx` or through this store, is part of the transaction. A nested call joins the
+   * outer transaction (as a savepoint: if the inner fn throws, only its own writes are undone).
+   */
+  transaction<T>(fn: (tx: Store) => Promise<T>): Promise<T>;
+  /** Idempotent. */
+  close(): Promise<void>;
 }
 
 /** A time source; tests pass a fake one. */

@@ -40,10 +40,10 @@ export type SessionInfo = SessionRecord;
 
 export interface Engine {
   /** Resolves a bearer token to a principal; throws AppError('unauthenticated'). */
-  authenticate(token: string): Principal;
+  authenticate(token: string): Promise<Principal>;
 
-  createTenant(p: Principal, name: string): { tenant: TenantRecord; apiKey: string };
-  listTenants(p: Principal): TenantRecord[];
+  createTenant(p: Principal, name: string): Promise<{ tenant: TenantRecord; apiKey: string }>;
+  listTenants(p: Principal): Promise<TenantRecord[]>;
 
   createSession(p: Principal, input: CreateSessionInput, opts?: CallOptions): Promise<{ session: SessionInfo; agentToken: string }>;
   listSessions(p: Principal, filter?: SessionListFilter): Promise<SessionInfo[]>;
@@ -53,7 +53,7 @@ export interface Engine {
   /** Starts a command; exec ids let stdin and kill find it later. */
   exec(p: Principal, id: string, req: ExecRequest, opts?: CallOptions): Promise<{ execId: string; handle: ExecHandle }>;
   /** The running exec by id, for stdin and kill routes. */
-  getExec(p: Principal, sessionId: string, execId: string): ExecHandle;
+  getExec(p: Principal, sessionId: string, execId: string): Promise<ExecHandle>;
 
   readFile(p: Principal, id: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>>;
   writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts?: CallOptions & { mode?: number }): Promise<number>;
@@ -73,8 +73,8 @@ export interface Engine {
   deleteSnapshot(p: Principal, snapshotId: string, opts?: CallOptions): Promise<void>;
   fork(p: Principal, snapshotId: string, count: number, opts?: CallOptions): Promise<Array<{ session: SessionInfo; agentToken: string }>>;
 
-  auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): AuditEntry[];
-  auditVerify(p: Principal): VerifyResult;
+  auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): Promise<AuditEntry[]>;
+  auditVerify(p: Principal): Promise<VerifyResult>;
 
   /** Liveness for /healthz: which backends are usable. */
   health(): { ok: boolean; backends: Record<string, { available: boolean; reason?: string }> };
@@ -161,17 +161,17 @@ export interface TenantScope {
 
 export interface GateService extends ToolGateApi {
   /** Agent tokens may read their own session's approvals. */
-  getApproval(p: Principal, sessionId: string, approvalId: string): ApprovalRecord;
-  listApprovals(p: Principal, filter?: { statuses?: ApprovalStatus[]; sessionId?: string }): ApprovalRecord[];
+  getApproval(p: Principal, sessionId: string, approvalId: string): Promise<ApprovalRecord>;
+  listApprovals(p: Principal, filter?: { statuses?: ApprovalStatus[]; sessionId?: string }): Promise<ApprovalRecord[]>;
   /** Records the decision, then runs the approved call at once (waking the session) and stores its result. */
   approve(p: Principal, approvalId: string): Promise<ApprovalRecord>;
   deny(p: Principal, approvalId: string, reason: string): Promise<ApprovalRecord>;
 
-  getPolicy(p: Principal, scope?: TenantScope): TenantPolicyInfo;
+  getPolicy(p: Principal, scope?: TenantScope): Promise<TenantPolicyInfo>;
   /** Validates against the tenant's tool set; on failure throws invalid_argument and keeps the old policy. */
-  setPolicy(p: Principal, text: string, scope?: TenantScope): TenantPolicyInfo;
-  defineTool(p: Principal, definition: unknown, scope?: TenantScope): ToolDefinitionInfo;
-  listToolDefinitions(p: Principal, scope?: TenantScope): ToolDefinitionInfo[];
+  setPolicy(p: Principal, text: string, scope?: TenantScope): Promise<TenantPolicyInfo>;
+  defineTool(p: Principal, definition: unknown, scope?: TenantScope): Promise<ToolDefinitionInfo>;
+  listToolDefinitions(p: Principal, scope?: TenantScope): Promise<ToolDefinitionInfo[]>;
 
   getGate(p: Principal, sessionId: string): Promise<GateInfo>;
   setGate(p: Principal, sessionId: string, input: GateSettingsInput): Promise<GateInfo>;

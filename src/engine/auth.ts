@@ -21,16 +21,16 @@ function sameHash(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-export function authenticate(store: Store, rootKeyHash: string, token: string): Principal {
+export async function authenticate(store: Store, rootKeyHash: string, token: string): Promise<Principal> {
   const h = sha256Hex(token);
   if (token.startsWith('btr_') && sameHash(h, rootKeyHash)) return { kind: 'root', id: 'root', tenantId: null };
   if (token.startsWith('btk_')) {
-    const t = store.tenants.getByKeyHash(h);
+    const t = await store.tenants.getByKeyHash(h);
     if (t) return { kind: 'operator', id: t.id, tenantId: t.id };
   }
   if (token.startsWith('bta_')) {
     const sessionId = token.slice(4, token.indexOf('.'));
-    const s = store.sessions.get(sessionId);
+    const s = await store.sessions.get(sessionId);
     if (s && s.state !== 'terminated' && sameHash(h, s.agentTokenHash)) return { kind: 'agent', id: s.id, tenantId: s.tenantId };
   }
   throw new AppError('unauthenticated', 'the bearer token is not valid');

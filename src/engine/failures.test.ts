@@ -41,10 +41,10 @@ describe('hibernate that fails', () => {
     const after = await t.engine.getSession(t.root, s.id);
     expect(after).toMatchObject({ state: 'running', hibernationSnapshotId: null, sandboxId: s.sandboxId });
     expect(await t.snapshots.list()).toEqual([]);
-    expect(t.store.snapshots.list({ sessionId: s.id })).toEqual([]);
+    expect(await t.store.snapshots.list({ sessionId: s.id })).toEqual([]);
     expect(t.driver.has(s.sandboxId as string)).toBe(true);
     expect(await readText(s.id, '/root/f')).toBe('kept');
-    const trail = t.engine.auditQuery(t.root, { sessionId: s.id }).map((e) => [e.action, e.outcome, e.data.to ?? null]);
+    const trail = (await t.engine.auditQuery(t.root, { sessionId: s.id })).map((e) => [e.action, e.outcome, e.data.to ?? null]);
     expect(trail.slice(-3)).toEqual([
       ['session.state', 'ok', 'hibernating'],
       ['session.state', 'ok', 'running'],
@@ -78,7 +78,7 @@ describe('wake that fails', () => {
     expect(after).toMatchObject({ state: 'hibernated', hibernationSnapshotId: image, sandboxId: null });
     expect(await t.driver.list()).toEqual(sandboxesBefore);
     expect(await t.snapshots.list()).toEqual([image]);
-    expect(t.store.snapshots.get(image)).toBeDefined();
+    expect(await t.store.snapshots.get(image)).toBeDefined();
     expect((await t.engine.wake(t.root, s.id)).state).toBe('running');
     expect(await readText(s.id, '/root/f')).toBe('before sleep');
   });
@@ -103,7 +103,7 @@ describe('fork that fails', () => {
     expect(await codeOf(t.engine.fork(t.root, snap.id, 3))).toBe('sandbox_failed');
     expect((await t.engine.listSessions(t.root)).map((x) => x.id)).toEqual([s.id]);
     expect(await t.driver.list()).toEqual(sandboxesBefore);
-    const branches = t.store.sessions.list({ states: ['creating', 'running', 'paused', 'failed'] }).filter((r) => r.parentSnapshotId === snap.id);
+    const branches = (await t.store.sessions.list({ states: ['creating', 'running', 'paused', 'failed'] })).filter((r) => r.parentSnapshotId === snap.id);
     expect(branches).toEqual([]);
     expect((await t.engine.getSession(t.root, s.id)).state).toBe('running');
     expect(await readText(s.id, '/root/f')).toBe('source');
@@ -119,7 +119,7 @@ describe('fork that fails', () => {
     const snap = await t.engine.snapshot(t.root, s.id);
     t.driver.failNext('restore', boom(), { after: 1 });
     await expect(t.engine.fork(t.root, snap.id, 2)).rejects.toMatchObject({ code: 'sandbox_failed' });
-    const dead = t.store.sessions.list({ states: ['terminated'] }).filter((r) => r.parentSnapshotId === snap.id);
+    const dead = (await t.store.sessions.list({ states: ['terminated'] })).filter((r) => r.parentSnapshotId === snap.id);
     expect(dead).toHaveLength(2);
   });
 });
@@ -148,7 +148,7 @@ describe('create and crashes', () => {
   it('a create that fails leaves a failed record and no sandbox', async () => {
     t.driver.failNext('create', boom());
     expect(await codeOf(t.engine.createSession(t.root, {}))).toBe('sandbox_failed');
-    const [r] = t.store.sessions.list({ states: ['failed'] });
+    const [r] = await t.store.sessions.list({ states: ['failed'] });
     expect(r?.failureReason).toMatch(/^create failed: /);
     expect(await t.driver.list()).toEqual([]);
   });

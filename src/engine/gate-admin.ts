@@ -30,8 +30,8 @@ import { checkSettings } from './gate-state.js';
 
 const MAX_INSTALLED = 1000;
 
-function audit(c: GateContext, p: Principal, tenantId: string, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): void {
-  c.audit.append({ tenantId, sessionId, principal: p, action, outcome, data });
+async function audit(c: GateContext, p: Principal, tenantId: string, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): Promise<void> {
+  await c.audit.append({ tenantId, sessionId, principal: p, action, outcome, data });
 }
 
 // ---- policy -------------------------------------------------------------------------------------------
@@ -49,29 +49,30 @@ function policyInfo(tenantId: string, record: TenantPolicyRecord | null, engine:
   };
 }
 
-export function getPolicy(c: GateContext, p: Principal, scope: TenantScope = {}): TenantPolicyInfo {
-  const tenantId = tenantScope(c, p, scope.tenantId);
-  const compiled = c.state.policy(tenantId);
+export async function getPolicy(c: GateContext, p: Principal, scope: TenantScope = {}): Promise<TenantPolicyInfo> {
+  const tenantId = await tenantScope(c, p, scope.tenantId);
+  const compiled = await c.state.policy(tenantId);
   return policyInfo(tenantId, compiled.record, compiled.engine);
 }
 
 /** Compiles against the tenant's whole tool set first: a policy that does not validate changes nothing. */
-export function setPolicy(c: GateContext, p: Principal, text: string, scope: TenantScope = {}): TenantPolicyInfo {
-  const tenantId = tenantScope(c, p, scope.tenantId);
+export async function setPolicy(c: GateContext, p: Principal, text: string, scope: TenantScope = {}): Promise<TenantPolicyInfo> {
+  const tenantId = await tenantScope(c, p, scope.tenantId);
   if (typeof text !== 'string' || text.trim() === '') throw new InvalidArgumentError('policy: must be the Cedar text of the policy', { details: { field: 'policy' } });
+  const tools = [...(await c.state.tenantTools(tenantId)).values()];
   let engine: PolicyEngine;
   try {
-    engine = PolicyEngine.compile(text, { tools: [...c.state.tenantTools(tenantId).values()] });
+    engine = PolicyEngine.compile(text, { tools });
   } catch (e) {
     const errors = (e as InvalidArgumentError).details?.errors;
-    audit(c, p, tenantId, null, 'gate.policy', 'error', { message: (e as Error).message, ...(Array.isArray(errors) ? { errors } : {}) });
+    await audit(c, p, tenantId, null, 'gate.policy', 'error', { message: (e as Error).message, ...(Array.isArray(errors) ? { errors } : {}) });
     throw e;
   }
-  const prev = c.store.policies.get(tenantId) ?? null;
+  const prev = (await c.store.policies.get(tenantId)) ?? null;
   const record: TenantPolicyRecord = { tenantId, text, version: (prev?.version ?? 0) + 1, updatedAt: c.clock.now(), updatedBy: who(p) };
-  c.store.transaction(() => {
-    c.store.policies.put(record);
-    audit(c, p, tenantId, null, 'gate.policy', 'ok', {
+  await c.store.transaction(async () => {
+    await c.store.policies.put(record);
+    await audit(c, p, tenantId, null, 'gate.policy', 'ok', {
       version: record.version,
       previousVersion: prev?.version ?? 0,
       digest: engine.digest,
@@ -84,8 +85,8 @@ export function setPolicy(c: GateContext, p: Principal, text: string, scope: Ten
 
 // ---- tools --------------------------------------------------------------------------------------------
 
-function toolInfo(c: GateContext, tenantId: string, t: ToolDefinition): ToolDefinitionInfo {
-  const rec = builtinTool(t.name) === t ? undefined : c.store.tools.get(tenantId, t.name);
+async function toolInfo(c: GateContext, tenantId: string, t: ToolDefinition): Promise<ToolDefinitionInfo> {
+  const rec = builtinTool(t.name) === t ? undefined : await c.store.tools.get(tenantId, t.name);
   return {
     definition: JSON.parse(JSON.stringify(t)) as Record<string, unknown>,
     builtin: rec === undefined,
@@ -94,17 +95,19 @@ function toolInfo(c: GateContext, tenantId: string, t: ToolDefinition): ToolDefi
   };
 }
 
-export function listToolDefinitions(c: GateContext, p: Principal, scope: TenantScope = {}): ToolDefinitionInfo[] {
-  const tenantId = tenantScope(c, p, scope.tenantId);
-  return [...c.state.tenantTools(tenantId).values()].map((t) => toolInfo(c, tenantId, t));
+export async function listToolDefinitions(c: GateContext, p: Principal, scope: TenantScope = {}): Promise<ToolDefinitionInfo[]> {
+  const tenantId = await tenantScope(c, p, scope.tenantId);
+  const out: ToolDefinitionInfo[] = [];
+  for (const t of (await c.state.tenantTools(tenantId)).values()) out.push(await toolInfo(c, tenantId, t));
+  return out;
 }
 
 /**
  * Adds or replaces an operator tool: a command run inside the sandbox with the arguments as JSON on stdin.
  * The tenant's policy is compiled again with the new tool set; if it no longer validates the tool is refused.
  */
-export function defineTenantTool(c: GateContext, p: Principal, definition: unknown, scope: TenantScope = {}): ToolDefinitionInfo {
-  const tenantId = tenantScope(c, p, scope.tenantId);
+export async function defineTenantTool(c: GateContext, p: Principal, definition: unknown, scope: TenantScope = {}): Promise<ToolDefinitionInfo> {
+  const tenantId = await tenantScope(c, p, scope.tenantId);
   const tool = defineTool(definition);
   if (builtinTool(tool.name)) throw new InvalidArgumentError(`tool ${JSON.stringify(tool.name)}: name is taken by a built-in tool`, { details: { tool: tool.name, field: 'name' } });
   if (tool.executor.kind !== 'command') {
@@ -112,10 +115,10 @@ export function defineTenantTool(c: GateContext, p: Principal, definition: unkno
       details: { tool: tool.name, field: 'executor' },
     });
   }
-  const next = new Map(c.state.tenantTools(tenantId));
+  const next = new Map(await c.state.tenantTools(tenantId));
   const replaced = next.has(tool.name);
   next.set(tool.name, tool);
-  const current = c.state.policy(tenantId);
+  const current = await c.state.policy(tenantId);
   let engine: PolicyEngine;
   try {
     engine = PolicyEngine.compile(current.record?.text ?? DEFAULT_POLICY_TEXT, { tools: [...next.values()] });
@@ -125,11 +128,11 @@ export function defineTenantTool(c: GateContext, p: Principal, definition: unkno
     });
   }
   const now = c.clock.now();
-  const prev = c.store.tools.get(tenantId, tool.name);
+  const prev = await c.store.tools.get(tenantId, tool.name);
   const json = JSON.parse(JSON.stringify(tool)) as Record<string, unknown>;
-  c.store.transaction(() => {
-    c.store.tools.put({ tenantId, name: tool.name, definition: json, createdAt: prev?.createdAt ?? now, updatedAt: now, updatedBy: who(p) });
-    audit(c, p, tenantId, null, 'gate.tool', replaced ? 'replaced' : 'defined', { name: tool.name, risk: tool.risk, executor: json.executor });
+  await c.store.transaction(async () => {
+    await c.store.tools.put({ tenantId, name: tool.name, definition: json, createdAt: prev?.createdAt ?? now, updatedAt: now, updatedBy: who(p) });
+    await audit(c, p, tenantId, null, 'gate.tool', replaced ? 'replaced' : 'defined', { name: tool.name, risk: tool.risk, executor: json.executor });
   });
   c.state.replaceTools(tenantId, next, { engine, record: current.record, compileError: null });
   return toolInfo(c, tenantId, tool);
@@ -137,12 +140,13 @@ export function defineTenantTool(c: GateContext, p: Principal, definition: unkno
 
 // ---- per session --------------------------------------------------------------------------------------
 
-export function gateInfo(c: GateContext, r: SessionRecord, row: SessionGateRecord = c.state.row(r)): GateInfo {
+export async function gateInfo(c: GateContext, r: SessionRecord, row?: SessionGateRecord): Promise<GateInfo> {
+  row ??= await c.state.row(r);
   const b = row.breaker as unknown as BreakerState;
   return {
     sessionId: r.id,
     tenantId: r.tenantId,
-    tools: [...c.state.installed(row).keys()],
+    tools: [...(await c.state.installed(row)).keys()],
     settings: { ...row.settings, httpAllow: [...row.settings.httpAllow] },
     breaker: { open: b.open, trip: b.trip, reason: b.reason, openedAt: b.openedAt, streakFailures: b.streakFailures },
     pausedByBreaker: row.pausedByBreaker,
@@ -152,25 +156,25 @@ export function gateInfo(c: GateContext, r: SessionRecord, row: SessionGateRecor
 
 /** Runs a read-modify-write of a session's gate row under its lock. */
 async function withRow<T>(c: GateContext, p: Principal, sessionId: string, fn: (r: SessionRecord, row: SessionGateRecord) => Promise<T> | T): Promise<T> {
-  operatorSession(c, p, sessionId);
+  await operatorSession(c, p, sessionId);
   return c.lock.run(sessionId, async () => {
-    const r = c.store.sessions.get(sessionId) as SessionRecord;
-    return fn(r, c.state.row(r));
+    const r = (await c.store.sessions.get(sessionId)) as SessionRecord;
+    return fn(r, await c.state.row(r));
   });
 }
 
 export function setGate(c: GateContext, p: Principal, sessionId: string, input: GateSettingsInput): Promise<GateInfo> {
   if (typeof input !== 'object' || input === null) throw new InvalidArgumentError('gate settings must be an object');
-  return withRow(c, p, sessionId, (r, row) => {
+  return withRow(c, p, sessionId, async (r, row) => {
     const s: GateSettings = { ...row.settings };
     if (input.breaker?.failures !== undefined) s.breakerFailures = input.breaker.failures;
     if (input.breaker?.perMinute !== undefined) s.breakerPerMinute = input.breaker.perMinute;
     if (input.httpAllow !== undefined) s.httpAllow = input.httpAllow;
     if (input.approvalTtlS !== undefined) s.approvalTtlS = input.approvalTtlS;
     row.settings = checkSettings(s);
-    c.store.transaction(() => {
-      c.state.save(row);
-      audit(c, p, r.tenantId, r.id, 'gate.settings', 'ok', { settings: { ...row.settings } });
+    await c.store.transaction(async () => {
+      await c.state.save(row);
+      await audit(c, p, r.tenantId, r.id, 'gate.settings', 'ok', { settings: { ...row.settings } });
     });
     return gateInfo(c, r, row);
   });
@@ -180,15 +184,15 @@ export function installTools(c: GateContext, p: Principal, sessionId: string, to
   if (!Array.isArray(tools) || !tools.every((t) => typeof t === 'string') || tools.length > MAX_INSTALLED) {
     throw new InvalidArgumentError(`tools: must be an array of at most ${MAX_INSTALLED} tool names`, { details: { field: 'tools' } });
   }
-  return withRow(c, p, sessionId, (r, row) => {
-    const known = c.state.tenantTools(r.tenantId);
+  return withRow(c, p, sessionId, async (r, row) => {
+    const known = await c.state.tenantTools(r.tenantId);
     for (const t of tools) {
       if (!known.has(t)) throw new InvalidArgumentError(`tools: ${JSON.stringify(t)} is not a tool of this tenant (define it first)`, { details: { field: 'tools', tool: t } });
     }
     row.tools = [...new Set(tools)];
-    c.store.transaction(() => {
-      c.state.save(row);
-      audit(c, p, r.tenantId, r.id, 'gate.tools', 'ok', { tools: row.tools });
+    await c.store.transaction(async () => {
+      await c.state.save(row);
+      await audit(c, p, r.tenantId, r.id, 'gate.tools', 'ok', { tools: row.tools });
     });
     return gateInfo(c, r, row);
   });
@@ -201,23 +205,24 @@ export function resetSessionBreaker(c: GateContext, p: Principal, sessionId: str
     const resume = row.pausedByBreaker;
     row.breaker = resetBreaker() as unknown as Record<string, unknown>;
     row.pausedByBreaker = false;
-    c.store.transaction(() => {
-      c.state.save(row);
-      audit(c, p, r.tenantId, r.id, 'gate.breaker', 'reset', { wasOpen: was.open, trip: was.trip, reason: was.reason, resume });
+    await c.store.transaction(async () => {
+      await c.state.save(row);
+      await audit(c, p, r.tenantId, r.id, 'gate.breaker', 'reset', { wasOpen: was.open, trip: was.trip, reason: was.reason, resume });
     });
-    const cur = c.store.sessions.get(sessionId);
+    const cur = await c.store.sessions.get(sessionId);
     if (resume && cur?.state === 'paused') await c.sandboxes.resume(p, sessionId);
     return gateInfo(c, r, row);
   });
 }
 
-export function planInfo(c: GateContext, r: SessionRecord, row: SessionGateRecord = c.state.row(r)): PlanInfo {
+export async function planInfo(c: GateContext, r: SessionRecord, row?: SessionGateRecord): Promise<PlanInfo> {
+  row ??= await c.state.row(r);
   return { sessionId: r.id, plan: row.plan, state: row.planState, setAt: row.planSetAt, setBy: row.planSetBy };
 }
 
 /** Sets (or with null clears) the plan. Replacing a plan that is under way is recorded as such. */
 export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo> {
-  return withRow(c, p, sessionId, (r, row) => {
+  return withRow(c, p, sessionId, async (r, row) => {
     const previous = row.plan ? { objective: row.plan.objective ?? null, cursor: (row.planState as { cursor?: number } | null)?.cursor ?? 0 } : null;
     if (plan === null) {
       row.plan = null;
@@ -225,7 +230,7 @@ export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: u
       row.planSetAt = null;
       row.planSetBy = null;
     } else {
-      const checked = validatePlan(plan, { knownTools: c.state.installed(row).keys() });
+      const checked = validatePlan(plan, { knownTools: (await c.state.installed(row)).keys() });
       row.plan = JSON.parse(JSON.stringify(checked)) as Record<string, unknown>;
       row.planState = initialPlanState() as unknown as Record<string, unknown>;
       // A strictly increasing stamp: the gate's plan cache is keyed by it.
@@ -233,9 +238,9 @@ export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: u
       row.planSetBy = who(p);
     }
     const outcome = plan === null ? 'cleared' : previous ? 'replaced' : 'set';
-    c.store.transaction(() => {
-      c.state.save(row);
-      audit(c, p, r.tenantId, r.id, 'gate.plan', outcome, {
+    await c.store.transaction(async () => {
+      await c.state.save(row);
+      await audit(c, p, r.tenantId, r.id, 'gate.plan', outcome, {
         previous,
         ...(row.plan ? { objective: row.plan.objective, steps: (row.plan.steps as unknown[]).length } : {}),
       });
@@ -247,8 +252,8 @@ export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: u
 // ---- snapshots and fork -------------------------------------------------------------------------------
 
 /** The session's gate configuration as it stands now, kept with a snapshot being taken of it. */
-export function snapshotGate(c: GateContext, r: SessionRecord, snapshotId: string): SnapshotGateRecord {
-  const { tools, settings, plan, planState, planSetAt, planSetBy } = c.state.row(r);
+export async function snapshotGate(c: GateContext, r: SessionRecord, snapshotId: string): Promise<SnapshotGateRecord> {
+  const { tools, settings, plan, planState, planSetAt, planSetBy } = await c.state.row(r);
   return { snapshotId, tenantId: r.tenantId, sessionId: r.id, tools, settings, plan, planState, planSetAt, planSetBy, createdAt: c.clock.now() };
 }
 
@@ -258,17 +263,17 @@ export function snapshotGate(c: GateContext, r: SessionRecord, snapshotId: strin
  * one session's call). A snapshot taken before its gate copy was kept leaves the branches at the defaults.
  * One audit entry, on the snapshot's session, names the branches.
  */
-export function inheritGate(c: GateContext, p: Principal, snap: SnapshotRecord, branches: readonly SessionRecord[]): void {
-  const copy = c.store.snapshotGates.get(snap.id);
+export async function inheritGate(c: GateContext, p: Principal, snap: SnapshotRecord, branches: readonly SessionRecord[]): Promise<void> {
+  const copy = await c.store.snapshotGates.get(snap.id);
   const sessions = branches.map((b) => b.id);
-  c.store.transaction(() => {
+  await c.store.transaction(async () => {
     if (copy) {
       for (const b of branches) {
         const { tools, settings, plan, planState, planSetAt, planSetBy } = copy;
-        c.state.save({ ...c.state.row(b), tools, settings: { ...settings, httpAllow: [...settings.httpAllow] }, plan, planState, planSetAt, planSetBy });
+        await c.state.save({ ...(await c.state.row(b)), tools, settings: { ...settings, httpAllow: [...settings.httpAllow] }, plan, planState, planSetAt, planSetBy });
       }
     }
-    audit(c, p, snap.tenantId, snap.sessionId, 'gate.inherit', copy ? 'ok' : 'default', {
+    await audit(c, p, snap.tenantId, snap.sessionId, 'gate.inherit', copy ? 'ok' : 'default', {
       snapshotId: snap.id,
       sessions,
       ...(copy

@@ -39,7 +39,7 @@ export function approvalLike(a: ApprovalRecord): ApprovalRecordLike {
 }
 
 /** A pending approval past its time becomes expired (a deny), audited as the system's act. */
-export function expireIfDue(c: GateContext, a: ApprovalRecord, now: number): ApprovalRecord {
+export async function expireIfDue(c: GateContext, a: ApprovalRecord, now: number): Promise<ApprovalRecord> {
   if (a.status !== 'pending' || a.expiresAt === null || now < a.expiresAt) return a;
   const next: ApprovalRecord = {
     ...a,
@@ -50,17 +50,19 @@ export function expireIfDue(c: GateContext, a: ApprovalRecord, now: number): App
       reason: `nobody decided on this ${a.tool} call before its approval expired at ${new Date(a.expiresAt).toISOString()}; call again to ask for a new approval`,
     }) as Record<string, unknown>,
   };
-  c.store.transaction(() => {
-    c.store.approvals.put(next);
-    c.audit.append({ tenantId: a.tenantId, sessionId: a.sessionId, principal: SYSTEM, action: 'approval.expire', outcome: 'expired', data: { approvalId: a.id, tool: a.tool, argsDigest: a.argsDigest } });
+  await c.store.transaction(async () => {
+    await c.store.approvals.put(next);
+    await c.audit.append({ tenantId: a.tenantId, sessionId: a.sessionId, principal: SYSTEM, action: 'approval.expire', outcome: 'expired', data: { approvalId: a.id, tool: a.tool, argsDigest: a.argsDigest } });
   });
   return next;
 }
 
 /** Expires every pending approval past its time; returns their ids. */
-export function sweepExpired(c: GateContext): string[] {
+export async function sweepExpired(c: GateContext): Promise<string[]> {
   const now = c.clock.now();
-  return c.store.approvals.expiring(now).map((a) => expireIfDue(c, a, now).id);
+  const out: string[] = [];
+  for (const a of await c.store.approvals.expiring(now)) out.push((await expireIfDue(c, a, now)).id);
+  return out;
 }
 
 export const TERMINATED_REASON = 'session terminated';
@@ -70,15 +72,16 @@ export const TERMINATED_REASON = 'session terminated';
  * (decided by the system), audited one entry per approval. Pending ones already past their time expire as
  * usual instead. Meant to run inside the transaction that terminates the session; returns the cancelled ids.
  */
-export function cancelPending(c: GateContext, sessionId: string): string[] {
+export async function cancelPending(c: GateContext, sessionId: string): Promise<string[]> {
   const now = c.clock.now();
-  const pending = c.store.approvals
-    .list({ sessionId, statuses: ['pending'] })
-    .map((a) => expireIfDue(c, a, now))
-    .filter((a) => a.status === 'pending');
-  c.store.transaction(() => {
+  const pending: ApprovalRecord[] = [];
+  for (const a0 of await c.store.approvals.list({ sessionId, statuses: ['pending'] })) {
+    const a = await expireIfDue(c, a0, now);
+    if (a.status === 'pending') pending.push(a);
+  }
+  await c.store.transaction(async () => {
     for (const a of pending) {
-      c.store.approvals.put({
+      await c.store.approvals.put({
         ...a,
         status: 'cancelled',
         decidedBy: who(SYSTEM),
@@ -86,7 +89,7 @@ export function cancelPending(c: GateContext, sessionId: string): string[] {
         reason: TERMINATED_REASON,
         result: deniedView({ stage: 'approval', code: 'approval_denied', reason: `the session was terminated before anyone decided on this ${a.tool} call, so it will not run` }) as Record<string, unknown>,
       });
-      c.audit.append({
+      await c.audit.append({
         tenantId: a.tenantId,
         sessionId: a.sessionId,
         principal: SYSTEM,
@@ -100,25 +103,25 @@ export function cancelPending(c: GateContext, sessionId: string): string[] {
 }
 
 /** The approval an agent's call holds: the newest for this exact call whose answer has not been handed out yet. */
-export function currentApproval(c: GateContext, sessionId: string, digest: string, now: number): ApprovalRecord | undefined {
-  const found = c.store.approvals.latestFor(sessionId, digest);
+export async function currentApproval(c: GateContext, sessionId: string, digest: string, now: number): Promise<ApprovalRecord | undefined> {
+  const found = await c.store.approvals.latestFor(sessionId, digest);
   if (!found) return undefined;
-  const a = expireIfDue(c, found, now);
+  const a = await expireIfDue(c, found, now);
   // Once its answer was handed out the approval is spent, except a denial, which stands for this exact call.
   if (a.deliveredAt !== null && a.status !== 'denied') return undefined;
   return a;
 }
 
 /** The stored answer of an approved call, once, instead of running it again; pending while it still runs. */
-export function replay(c: GateContext, r: SessionRecord, p: Principal, a: ApprovalRecord, base: Record<string, unknown>): CallResult {
+export async function replay(c: GateContext, r: SessionRecord, p: Principal, a: ApprovalRecord, base: Record<string, unknown>): Promise<CallResult> {
   if (a.result === null) {
-    c.audit.append({ tenantId: r.tenantId, sessionId: r.id, principal: p, action: 'tool.replay', outcome: 'pending', data: { ...base, approvalId: a.id } });
+    await c.audit.append({ tenantId: r.tenantId, sessionId: r.id, principal: p, action: 'tool.replay', outcome: 'pending', data: { ...base, approvalId: a.id } });
     return { decision: 'pending', approvalId: a.id };
   }
   const now = c.clock.now();
-  c.store.transaction(() => {
-    c.store.approvals.put({ ...a, deliveredAt: now });
-    c.audit.append({
+  await c.store.transaction(async () => {
+    await c.store.approvals.put({ ...a, deliveredAt: now });
+    await c.audit.append({
       tenantId: r.tenantId,
       sessionId: r.id,
       principal: p,
@@ -130,10 +133,10 @@ export function replay(c: GateContext, r: SessionRecord, p: Principal, a: Approv
   return a.result as unknown as CallResult;
 }
 
-export function listApprovals(c: GateContext, p: Principal, filter: { statuses?: ApprovalStatus[]; sessionId?: string }): ApprovalRecord[] {
-  if (filter.sessionId !== undefined) visibleSession(c, p, filter.sessionId);
+export async function listApprovals(c: GateContext, p: Principal, filter: { statuses?: ApprovalStatus[]; sessionId?: string }): Promise<ApprovalRecord[]> {
+  if (filter.sessionId !== undefined) await visibleSession(c, p, filter.sessionId);
   requireOperator(p);
-  sweepExpired(c);
+  await sweepExpired(c);
   return c.store.approvals.list({
     ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}),
     ...(filter.sessionId !== undefined ? { sessionId: filter.sessionId } : {}),
@@ -143,16 +146,16 @@ export function listApprovals(c: GateContext, p: Principal, filter: { statuses?:
 
 /** An operator's decision on a pending approval, under the session's gate lock, audited with who decided. */
 export async function decideApproval(c: GateContext, p: Principal, approvalId: string, decide: (a: ApprovalRecord, now: number) => ApprovalRecord): Promise<ApprovalRecord> {
-  const a0 = visibleApproval(c, p, approvalId);
+  const a0 = await visibleApproval(c, p, approvalId);
   requireOperator(p);
   return c.lock.run(a0.sessionId, async () => {
     const now = c.clock.now();
-    const a = expireIfDue(c, c.store.approvals.get(approvalId) as ApprovalRecord, now);
+    const a = await expireIfDue(c, (await c.store.approvals.get(approvalId)) as ApprovalRecord, now);
     if (a.status !== 'pending') throw new InvalidStateError(`approval ${approvalId} is ${a.status}, not pending`, { details: { status: a.status } });
     const next = decide(a, now);
-    c.store.transaction(() => {
-      c.store.approvals.put(next);
-      c.audit.append({
+    await c.store.transaction(async () => {
+      await c.store.approvals.put(next);
+      await c.audit.append({
         tenantId: a.tenantId,
         sessionId: a.sessionId,
         principal: p,
@@ -169,17 +172,17 @@ export async function decideApproval(c: GateContext, p: Principal, approvalId: s
  * At start: an approved call that was running when the server stopped has no result and never will. It is
  * answered as a failed run (it may have had effects), so the agent is not left waiting.
  */
-export function settleInterrupted(c: GateContext): string[] {
-  const stuck = c.store.approvals.list({ statuses: ['used'] }).filter((a) => a.result === null);
+export async function settleInterrupted(c: GateContext): Promise<string[]> {
+  const stuck = (await c.store.approvals.list({ statuses: ['used'] })).filter((a) => a.result === null);
   for (const a of stuck) {
     const result = deniedView({
       stage: 'result',
       code: 'result_invalid',
       reason: `the server stopped while this approved ${a.tool} call was running, so its result is unknown; check the sandbox before retrying: it may have had effects`,
     }) as Record<string, unknown>;
-    c.store.transaction(() => {
-      c.store.approvals.put({ ...a, result });
-      c.audit.append({ tenantId: a.tenantId, sessionId: a.sessionId, principal: SYSTEM, action: 'approval.interrupted', outcome: 'deny', data: { approvalId: a.id, tool: a.tool } });
+    await c.store.transaction(async () => {
+      await c.store.approvals.put({ ...a, result });
+      await c.audit.append({ tenantId: a.tenantId, sessionId: a.sessionId, principal: SYSTEM, action: 'approval.interrupted', outcome: 'deny', data: { approvalId: a.id, tool: a.tool } });
     });
   }
   return stuck.map((a) => a.id);

@@ -48,31 +48,31 @@ export function requireOperator(p: Principal): void {
 }
 
 /** The session as `p` may see it: another tenant's session, or another session than an agent's own, is not found. */
-export function visibleSession(ctx: GateContext, p: Principal, id: string): SessionRecord {
-  const r = ctx.store.sessions.get(id);
+export async function visibleSession(ctx: GateContext, p: Principal, id: string): Promise<SessionRecord> {
+  const r = await ctx.store.sessions.get(id);
   if (!r || (p.kind === 'operator' && p.tenantId !== r.tenantId) || (p.kind === 'agent' && p.id !== id)) throw new NotFoundError('session', id);
   return r;
 }
 
 /** An operator act on a session: not found first (an agent on another session's id), then forbidden. */
-export function operatorSession(ctx: GateContext, p: Principal, id: string): SessionRecord {
-  const r = visibleSession(ctx, p, id);
+export async function operatorSession(ctx: GateContext, p: Principal, id: string): Promise<SessionRecord> {
+  const r = await visibleSession(ctx, p, id);
   requireOperator(p);
   return r;
 }
 
-export function visibleApproval(ctx: GateContext, p: Principal, id: string): ApprovalRecord {
-  const a = ctx.store.approvals.get(id);
+export async function visibleApproval(ctx: GateContext, p: Principal, id: string): Promise<ApprovalRecord> {
+  const a = await ctx.store.approvals.get(id);
   if (!a || (p.kind === 'operator' && p.tenantId !== a.tenantId) || (p.kind === 'agent' && p.id !== a.sessionId)) throw new NotFoundError('approval', id);
   return a;
 }
 
 /** The tenant a tenant-scoped operator call acts on. Root names one (default: the default tenant). */
-export function tenantScope(ctx: GateContext, p: Principal, requested: string | undefined): string {
+export async function tenantScope(ctx: GateContext, p: Principal, requested: string | undefined): Promise<string> {
   requireOperator(p);
   if (p.kind === 'root' || p.kind === 'system') {
     const t = requested ?? DEFAULT_TENANT_ID;
-    if (!ctx.store.tenants.get(t)) throw new NotFoundError('tenant', t);
+    if (!(await ctx.store.tenants.get(t))) throw new NotFoundError('tenant', t);
     return t;
   }
   if (requested !== undefined && requested !== p.tenantId) throw new NotFoundError('tenant', requested);

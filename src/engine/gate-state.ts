@@ -106,9 +106,9 @@ export class GateState {
   // ---- session rows -------------------------------------------------------------------------------------
 
   /** The session's row, or the default one (not yet stored). */
-  row(r: SessionRecord): SessionGateRecord {
+  async row(r: SessionRecord): Promise<SessionGateRecord> {
     return (
-      this.o.store.gates.get(r.id) ?? {
+      (await this.o.store.gates.get(r.id)) ?? {
         sessionId: r.id,
         tenantId: r.tenantId,
         tools: null,
@@ -125,8 +125,8 @@ export class GateState {
     );
   }
 
-  load(r: SessionRecord): LoadedGate {
-    const row = this.row(r);
+  async load(r: SessionRecord): Promise<LoadedGate> {
+    const row = await this.row(r);
     const breakerSettings = resolveBreakerSettings({ maxIdenticalFailures: row.settings.breakerFailures, maxCallsPerMinute: row.settings.breakerPerMinute });
     return { row, breaker: row.breaker as unknown as BreakerState, breakerSettings, plan: this.plan(row) };
   }
@@ -145,19 +145,19 @@ export class GateState {
     return { plan: hit.plan, state: row.planState as unknown as PlanState };
   }
 
-  save(row: SessionGateRecord): void {
+  async save(row: SessionGateRecord): Promise<void> {
     row.updatedAt = this.o.clock.now();
-    this.o.store.gates.put(row);
+    await this.o.store.gates.put(row);
   }
 
   // ---- tools --------------------------------------------------------------------------------------------
 
   /** Every tool of a tenant, built-ins first. */
-  tenantTools(tenantId: string): ReadonlyMap<string, ToolDefinition> {
+  async tenantTools(tenantId: string): Promise<ReadonlyMap<string, ToolDefinition>> {
     let m = this.tools.get(tenantId);
     if (!m) {
       const all = new Map<string, ToolDefinition>(BUILTIN_TOOLS.map((t) => [t.name, t]));
-      for (const rec of this.o.store.tools.list(tenantId)) {
+      for (const rec of await this.o.store.tools.list(tenantId)) {
         try {
           all.set(rec.name, defineTool(rec.definition));
         } catch (e) {
@@ -171,8 +171,8 @@ export class GateState {
   }
 
   /** The tools a session has, in the tenant's order. */
-  installed(row: SessionGateRecord): Map<string, ToolDefinition> {
-    const all = this.tenantTools(row.tenantId);
+  async installed(row: SessionGateRecord): Promise<Map<string, ToolDefinition>> {
+    const all = await this.tenantTools(row.tenantId);
     const names = row.tools ?? BUILTIN_NAMES;
     const out = new Map<string, ToolDefinition>();
     for (const [name, def] of all) if (names.includes(name)) out.set(name, def);
@@ -187,11 +187,11 @@ export class GateState {
 
   // ---- policy -------------------------------------------------------------------------------------------
 
-  policy(tenantId: string): CompiledPolicy {
+  async policy(tenantId: string): Promise<CompiledPolicy> {
     let c = this.policies.get(tenantId);
     if (!c) {
-      const record = this.o.store.policies.get(tenantId) ?? null;
-      const tools = [...this.tenantTools(tenantId).values()];
+      const record = (await this.o.store.policies.get(tenantId)) ?? null;
+      const tools = [...(await this.tenantTools(tenantId)).values()];
       try {
         c = { engine: PolicyEngine.compile(record?.text ?? DEFAULT_POLICY_TEXT, { tools }), record, compileError: null };
       } catch (e) {

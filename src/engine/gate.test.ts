@@ -63,19 +63,20 @@ describe('ToolGate', () => {
   let agent: Principal;
   const clock = { now: () => 1_900_000_000_000 };
 
-  beforeEach(() => {
+  beforeEach(async () => {
     store = openSqliteStore({ path: ':memory:', clock });
-    store.tenants.insert({ id: tenantId, name: 't', apiKeyHash: 'a'.repeat(64), createdAt: 0 });
+    await store.tenants.insert({ id: tenantId, name: 't', apiKeyHash: 'a'.repeat(64), createdAt: 0 });
     const r = newSessionRecord({
       id: 'ses_0000000000000000000a', tenantId, backend: 'gvisor', settings: { memoryMb: 256, cpus: 1, idleTimeoutS: 0, env: {} },
       objective: null, metadata: {}, agentToken: 'bta_x', reason: 'create', parentSnapshotId: null, now: clock.now(),
     });
-    store.sessions.insert({ ...r, state: 'running' });
+    await store.sessions.insert({ ...r, state: 'running' });
     sessionId = r.id;
     agent = { kind: 'agent', id: sessionId, tenantId };
     runs = [];
     gate = new ToolGate({ store, audit: store.audit, clock, sandboxes: sandboxes(runs) });
-    gate.defineTool(op, DEPLOY);
+    await gate.start();
+    await gate.defineTool(op, DEPLOY);
   });
   afterEach(() => store.close());
 
@@ -92,7 +93,7 @@ describe('ToolGate', () => {
     expect([x.status, y.status].sort()).toEqual(['fulfilled', 'rejected']);
     expect(((x.status === 'rejected' ? x : y) as PromiseRejectedResult).reason).toMatchObject({ code: 'invalid_state' });
     expect(runs).toEqual(['deploy']);
-    expect(gate.getApproval(agent, sessionId, id)).toMatchObject({ status: 'used', result: { decision: 'allow', result: { ok: true } } });
+    expect(await gate.getApproval(agent, sessionId, id)).toMatchObject({ status: 'used', result: { decision: 'allow', result: { ok: true } } });
   });
 
   it('an agent repeating the call while the approved run is still going waits on it', async () => {
@@ -107,19 +108,19 @@ describe('ToolGate', () => {
 
   it('answers an approved run cut short by a restart as failed, instead of pending forever', async () => {
     const id = await park();
-    const a = store.approvals.get(id)!;
-    store.approvals.put({ ...a, status: 'used', usedAt: clock.now(), decidedBy: 'operator:x', decidedAt: clock.now() });
-    new ToolGate({ store, audit: store.audit, clock, sandboxes: sandboxes(runs) });
-    expect(gate.getApproval(agent, sessionId, id)).toMatchObject({ status: 'used', result: { decision: 'deny', stage: 'result' } });
-    expect(store.audit.query({ sessionId }).some((e) => e.action === 'approval.interrupted')).toBe(true);
+    const a = (await store.approvals.get(id))!;
+    await store.approvals.put({ ...a, status: 'used', usedAt: clock.now(), decidedBy: 'operator:x', decidedAt: clock.now() });
+    await new ToolGate({ store, audit: store.audit, clock, sandboxes: sandboxes(runs) }).start();
+    expect(await gate.getApproval(agent, sessionId, id)).toMatchObject({ status: 'used', result: { decision: 'deny', stage: 'result' } });
+    expect((await store.audit.query({ sessionId })).some((e) => e.action === 'approval.interrupted')).toBe(true);
   });
 
-  it('refuses a tool definition the tenant policy would not validate with, keeping the old engine', () => {
-    gate.setPolicy(op, 'permit (principal, action == Action::"ops.deploy", resource) when { context.args.target == "prod" };');
-    const before = gate.getPolicy(op).digest;
-    expect(() => gate.defineTool(op, { ...DEPLOY, inputSchema: { type: 'object', properties: { other: { type: 'string' } } } })).toThrow(
+  it('refuses a tool definition the tenant policy would not validate with, keeping the old engine', async () => {
+    await gate.setPolicy(op, 'permit (principal, action == Action::"ops.deploy", resource) when { context.args.target == "prod" };');
+    const before = (await gate.getPolicy(op)).digest;
+    await expect(gate.defineTool(op, { ...DEPLOY, inputSchema: { type: 'object', properties: { other: { type: 'string' } } } })).rejects.toThrow(
       expect.objectContaining({ code: 'invalid_argument' }),
     );
-    expect(gate.getPolicy(op).digest).toBe(before);
+    expect((await gate.getPolicy(op)).digest).toBe(before);
   });
 });

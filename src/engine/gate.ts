@@ -148,15 +148,19 @@ export class ToolGate implements GateService {
       log,
       state: new GateState({ store: o.store, clock: o.clock, log }),
     };
-    for (const id of approvals.settleInterrupted(this.c)) log(`approved call ${id} was interrupted by a restart; answered as failed`);
+  }
+
+  /** At start, before the first call: answers approved calls a restart interrupted. */
+  async start(): Promise<void> {
+    for (const id of await approvals.settleInterrupted(this.c)) this.c.log(`approved call ${id} was interrupted by a restart; answered as failed`);
   }
 
   // ---- the agent's surface ------------------------------------------------------------------------------
 
   async listTools(p: Principal, sessionId: string): Promise<ToolView[]> {
-    const r = visibleSession(this.c, p, sessionId);
-    const row = this.c.state.row(r);
-    return [...this.c.state.installed(row).values()].map((t) => {
+    const r = await visibleSession(this.c, p, sessionId);
+    const row = await this.c.state.row(r);
+    return [...(await this.c.state.installed(row)).values()].map((t) => {
       let description = t.description;
       if (t.executor.kind === 'builtin' && t.executor.name === 'http.request') {
         const hosts = row.settings.httpAllow;
@@ -167,7 +171,7 @@ export class ToolGate implements GateService {
   }
 
   async callTool(p: Principal, sessionId: string, call: ToolCall, opts: CallOptions = {}): Promise<CallResult> {
-    const r = visibleSession(this.c, p, sessionId);
+    const r = await visibleSession(this.c, p, sessionId);
     if (!isObject(call) || typeof call.tool !== 'string' || call.tool === '' || call.tool.length > MAX_TOOL_NAME) {
       throw new InvalidArgumentError('tool: must be a tool name', { details: { field: 'tool' } });
     }
@@ -178,9 +182,9 @@ export class ToolGate implements GateService {
     return this.runCall(r, p, spec, opts.signal ? { signal: opts.signal } : {});
   }
 
-  getApproval(p: Principal, sessionId: string, approvalId: string): ApprovalRecord {
-    visibleSession(this.c, p, sessionId);
-    const a = visibleApproval(this.c, p, approvalId);
+  async getApproval(p: Principal, sessionId: string, approvalId: string): Promise<ApprovalRecord> {
+    await visibleSession(this.c, p, sessionId);
+    const a = await visibleApproval(this.c, p, approvalId);
     if (a.sessionId !== sessionId) throw new NotFoundError('approval', approvalId);
     return approvals.expireIfDue(this.c, a, this.c.clock.now());
   }
@@ -203,15 +207,15 @@ export class ToolGate implements GateService {
 
   /** Phase 1, under the lock: everything up to and including the decision, persisted. */
   private async decide(sessionId: string, p: Principal, spec: CallSpec, mode: RunMode): Promise<Phase> {
-    const r = this.c.store.sessions.get(sessionId) as SessionRecord;
-    const g = this.c.state.load(r);
+    const r = (await this.c.store.sessions.get(sessionId)) as SessionRecord;
+    const g = await this.c.state.load(r);
     if (r.state === 'terminated' || r.state === 'failed' || r.state === 'creating') {
       throw new InvalidStateError(`session ${r.id} is ${r.state}; its tools cannot be called`, { details: { state: r.state } });
     }
     if (r.state === 'paused' && !g.breaker.open) {
       throw new InvalidStateError(`session ${r.id} is paused; an operator must resume it first`, { details: { state: r.state } });
     }
-    const tools = this.c.state.installed(g.row);
+    const tools = await this.c.state.installed(g.row);
     const tool = tools.get(spec.tool);
     const base: Record<string, unknown> = { callId: randomUUID(), tool: spec.tool, ...(spec.step !== undefined ? { step: spec.step } : {}), ...(mode.approvalId ? { approvalId: mode.approvalId } : {}) };
     const refuse = (stage: Stage, code: DenyCode, reason: string, detail: string, before: StageVerdict[] = [], data?: Record<string, unknown>): Promise<Phase> =>
@@ -252,7 +256,7 @@ export class ToolGate implements GateService {
         }
         args = withCanonicalPaths(tool, args, resolved);
         // Resolving awaited the sandbox: the session may have been terminated meanwhile (and its approvals closed).
-        const cur = this.c.store.sessions.get(r.id)?.state;
+        const cur = (await this.c.store.sessions.get(r.id))?.state;
         if (cur === 'terminated' || cur === 'failed') throw new InvalidStateError(`session ${r.id} is ${cur}; its tools cannot be called`, { details: { state: cur } });
       }
     }
@@ -280,7 +284,7 @@ export class ToolGate implements GateService {
     // 1c. The approval held for this exact call.
     let approval: ApprovalRecord | undefined;
     if (mode.approvalId) {
-      approval = this.c.store.approvals.get(mode.approvalId);
+      approval = await this.c.store.approvals.get(mode.approvalId);
       if (approval && digest !== approval.argsDigest) {
         return refuse(
           'arguments',
@@ -292,12 +296,12 @@ export class ToolGate implements GateService {
         );
       }
     } else if (digest && tool) {
-      approval = approvals.currentApproval(this.c, r.id, digest, now);
-      if (approval?.status === 'used') return { done: approvals.replay(this.c, r, p, approval, base) };
+      approval = await approvals.currentApproval(this.c, r.id, digest, now);
+      if (approval?.status === 'used') return { done: await approvals.replay(this.c, r, p, approval, base) };
     }
 
     // 1d. The decision.
-    const compiled = this.c.state.policy(r.tenantId);
+    const compiled = await this.c.state.policy(r.tenantId);
     let ev = evaluate({
       toolName: spec.tool,
       tool,
@@ -370,18 +374,18 @@ export class ToolGate implements GateService {
   ): Promise<Phase> {
     const now = this.c.clock.now();
     // A run on an operator's approval records its answer on that approval, whatever refused it.
-    const approval = held ?? (mode.approvalId ? (this.c.store.approvals.get(mode.approvalId) ?? null) : null);
+    const approval = held ?? (mode.approvalId ? ((await this.c.store.approvals.get(mode.approvalId)) ?? null) : null);
     const row = g.row;
     const d = ev.decision;
     const tripped = ev.breakerNext.open && !g.breaker.open;
     row.breaker = ev.breakerNext as unknown as Record<string, unknown>;
     if (!mode.approvalId) row.calls += 1;
     let phase!: Phase;
-    this.c.store.transaction(() => {
-      this.auditVerdicts(r, p, base, ev.verdicts);
+    await this.c.store.transaction(async () => {
+      await this.auditVerdicts(r, p, base, ev.verdicts);
       if (d.effect === 'allow') {
         if (ev.planNext) row.planState = ev.planNext as unknown as Record<string, unknown>;
-        if (d.approvalId && approval) this.c.store.approvals.put({ ...approval, status: 'used', usedAt: now });
+        if (d.approvalId && approval) await this.c.store.approvals.put({ ...approval, status: 'used', usedAt: now });
         phase = {
           run: {
             tool: tool as ToolDefinition,
@@ -417,8 +421,8 @@ export class ToolGate implements GateService {
             result: null,
             deliveredAt: null,
           };
-          this.c.store.approvals.insert(a);
-          this.c.audit.append({
+          await this.c.store.approvals.insert(a);
+          await this.c.audit.append({
             tenantId: r.tenantId,
             sessionId: r.id,
             principal: p,
@@ -430,12 +434,12 @@ export class ToolGate implements GateService {
         }
       } else {
         const view = deniedView(d);
-        if (approval && mode.approvalId) this.c.store.approvals.put({ ...approval, result: view as Record<string, unknown> });
-        else if (approval && d.code === 'approval_expired') this.c.store.approvals.put({ ...approval, deliveredAt: now });
+        if (approval && mode.approvalId) await this.c.store.approvals.put({ ...approval, result: view as Record<string, unknown> });
+        else if (approval && d.code === 'approval_expired') await this.c.store.approvals.put({ ...approval, deliveredAt: now });
         phase = { done: view };
       }
-      if (tripped) this.auditTrip(r, p, row.breaker, base);
-      this.c.state.save(row);
+      if (tripped) await this.auditTrip(r, p, row.breaker, base);
+      await this.c.state.save(row);
     });
     if (tripped) await this.pauseForBreaker(r.id, g);
     return phase;
@@ -443,8 +447,8 @@ export class ToolGate implements GateService {
 
   /** Phase 3, under the lock: the result stage, persisted. */
   private async finish(sessionId: string, p: Principal, a: Allowed, out: ExecOutcome, mode: RunMode): Promise<CallResult> {
-    const r = this.c.store.sessions.get(sessionId) as SessionRecord;
-    const g = this.c.state.load(r);
+    const r = (await this.c.store.sessions.get(sessionId)) as SessionRecord;
+    const g = await this.c.state.load(r);
     const now = this.c.clock.now();
     const res = checkResult({
       tool: a.tool,
@@ -458,9 +462,9 @@ export class ToolGate implements GateService {
     const tripped = res.breakerNext.open && !g.breaker.open;
     g.row.breaker = res.breakerNext as unknown as Record<string, unknown>;
     const base = { callId: a.callId, tool: a.tool.name, argsDigest: a.argsDigest, ...(a.approvalId ? { approvalId: a.approvalId } : {}) };
-    this.c.store.transaction(() => {
+    await this.c.store.transaction(async () => {
       const v = res.verdict;
-      this.c.audit.append({
+      await this.c.audit.append({
         tenantId: r.tenantId,
         sessionId: r.id,
         principal: p,
@@ -469,20 +473,20 @@ export class ToolGate implements GateService {
         data: { ...base, ...(v.code ? { code: v.code } : {}), detail: v.detail, ...(v.data ? { data: v.data } : {}), resultDigest: digestOf(res.ok ? res.result : out.output) },
       });
       if (a.approvalId) {
-        const cur = this.c.store.approvals.get(a.approvalId);
-        if (cur) this.c.store.approvals.put({ ...cur, result: result as Record<string, unknown>, deliveredAt: mode.approvalId ? null : now });
+        const cur = await this.c.store.approvals.get(a.approvalId);
+        if (cur) await this.c.store.approvals.put({ ...cur, result: result as Record<string, unknown>, deliveredAt: mode.approvalId ? null : now });
       }
-      if (tripped) this.auditTrip(r, p, g.row.breaker, base);
-      this.c.state.save(g.row);
+      if (tripped) await this.auditTrip(r, p, g.row.breaker, base);
+      await this.c.state.save(g.row);
     });
     if (tripped) await this.pauseForBreaker(r.id, g);
     return result;
   }
 
-  private auditVerdicts(r: SessionRecord, p: Principal, base: Record<string, unknown>, verdicts: readonly StageVerdict[]): void {
-    verdicts.forEach((v, i) => {
+  private async auditVerdicts(r: SessionRecord, p: Principal, base: Record<string, unknown>, verdicts: readonly StageVerdict[]): Promise<void> {
+    for (const [i, v] of verdicts.entries()) {
       const shared = i === 0 ? base : { callId: base.callId, tool: base.tool, ...(base.argsDigest ? { argsDigest: base.argsDigest } : {}) };
-      this.c.audit.append({
+      await this.c.audit.append({
         tenantId: r.tenantId,
         sessionId: r.id,
         principal: p,
@@ -490,11 +494,11 @@ export class ToolGate implements GateService {
         outcome: v.verdict,
         data: { ...shared, ...(v.code ? { code: v.code } : {}), detail: v.detail, ...(v.data ? { data: v.data } : {}) },
       });
-    });
+    }
   }
 
-  private auditTrip(r: SessionRecord, p: Principal, breaker: Record<string, unknown>, base: Record<string, unknown>): void {
-    this.c.audit.append({
+  private async auditTrip(r: SessionRecord, p: Principal, breaker: Record<string, unknown>, base: Record<string, unknown>): Promise<void> {
+    await this.c.audit.append({
       tenantId: r.tenantId,
       sessionId: r.id,
       principal: p,
@@ -511,29 +515,29 @@ export class ToolGate implements GateService {
     });
     if (paused) {
       g.row.pausedByBreaker = true;
-      this.c.state.save(g.row);
+      await this.c.state.save(g.row);
     }
   }
 
   // ---- approvals ----------------------------------------------------------------------------------------
 
-  sweepExpired(): string[] {
+  sweepExpired(): Promise<string[]> {
     return approvals.sweepExpired(this.c);
   }
 
   /** Cancels the session's pending approvals; the engine calls it in the transaction that terminates the session. */
-  cancelPendingApprovals(sessionId: string): string[] {
+  cancelPendingApprovals(sessionId: string): Promise<string[]> {
     return approvals.cancelPending(this.c, sessionId);
   }
 
-  listApprovals(p: Principal, filter: { statuses?: ApprovalStatus[]; sessionId?: string } = {}): ApprovalRecord[] {
+  listApprovals(p: Principal, filter: { statuses?: ApprovalStatus[]; sessionId?: string } = {}): Promise<ApprovalRecord[]> {
     return approvals.listApprovals(this.c, p, filter);
   }
 
   async approve(p: Principal, approvalId: string): Promise<ApprovalRecord> {
-    const a0 = visibleApproval(this.c, p, approvalId);
+    const a0 = await visibleApproval(this.c, p, approvalId);
     requireOperator(p);
-    const s = this.c.store.sessions.get(a0.sessionId);
+    const s = await this.c.store.sessions.get(a0.sessionId);
     if (!s || s.state === 'terminated' || s.state === 'failed') {
       throw new InvalidStateError(`session ${a0.sessionId} is ${s?.state ?? 'gone'}; its calls can no longer be approved`, { details: { state: s?.state ?? null } });
     }
@@ -543,7 +547,7 @@ export class ToolGate implements GateService {
     } catch (e) {
       // The decision stands; the call runs when the agent repeats it.
       this.c.log(`approved call ${approvalId} could not run now: ${(e as Error).message}`);
-      this.c.audit.append({
+      await this.c.audit.append({
         tenantId: a.tenantId,
         sessionId: a.sessionId,
         principal: p,
@@ -552,7 +556,7 @@ export class ToolGate implements GateService {
         data: { approvalId, code: isAppError(e) ? e.code : 'internal', message: isAppError(e) ? e.message : 'internal error' },
       });
     }
-    return this.c.store.approvals.get(approvalId) as ApprovalRecord;
+    return (await this.c.store.approvals.get(approvalId)) as ApprovalRecord;
   }
 
   async deny(p: Principal, approvalId: string, reason: string): Promise<ApprovalRecord> {
@@ -571,20 +575,20 @@ export class ToolGate implements GateService {
 
   // ---- operator configuration (gate-admin.ts) -----------------------------------------------------------
 
-  getPolicy(p: Principal, scope?: TenantScope): TenantPolicyInfo {
+  getPolicy(p: Principal, scope?: TenantScope): Promise<TenantPolicyInfo> {
     return admin.getPolicy(this.c, p, scope);
   }
-  setPolicy(p: Principal, text: string, scope?: TenantScope): TenantPolicyInfo {
+  setPolicy(p: Principal, text: string, scope?: TenantScope): Promise<TenantPolicyInfo> {
     return admin.setPolicy(this.c, p, text, scope);
   }
-  defineTool(p: Principal, definition: unknown, scope?: TenantScope): ToolDefinitionInfo {
+  defineTool(p: Principal, definition: unknown, scope?: TenantScope): Promise<ToolDefinitionInfo> {
     return admin.defineTenantTool(this.c, p, definition, scope);
   }
-  listToolDefinitions(p: Principal, scope?: TenantScope): ToolDefinitionInfo[] {
+  listToolDefinitions(p: Principal, scope?: TenantScope): Promise<ToolDefinitionInfo[]> {
     return admin.listToolDefinitions(this.c, p, scope);
   }
   async getGate(p: Principal, sessionId: string): Promise<GateInfo> {
-    return admin.gateInfo(this.c, operatorSession(this.c, p, sessionId));
+    return admin.gateInfo(this.c, await operatorSession(this.c, p, sessionId));
   }
   setGate(p: Principal, sessionId: string, input: GateSettingsInput): Promise<GateInfo> {
     return admin.setGate(this.c, p, sessionId, input);
@@ -596,7 +600,7 @@ export class ToolGate implements GateService {
     return admin.resetSessionBreaker(this.c, p, sessionId);
   }
   async getPlan(p: Principal, sessionId: string): Promise<PlanInfo> {
-    return admin.planInfo(this.c, operatorSession(this.c, p, sessionId));
+    return admin.planInfo(this.c, await operatorSession(this.c, p, sessionId));
   }
   setPlan(p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo> {
     return admin.setPlan(this.c, p, sessionId, plan);
@@ -608,13 +612,13 @@ export class ToolGate implements GateService {
   // ---- snapshots and fork (called by the engine) --------------------------------------------------------
 
   /** Keeps the session's gate configuration with a snapshot; call in the transaction that inserts the snapshot. */
-  keepForSnapshot(r: SessionRecord, snapshotId: string): void {
-    this.c.store.snapshotGates.insert(admin.snapshotGate(this.c, r, snapshotId));
+  async keepForSnapshot(r: SessionRecord, snapshotId: string): Promise<void> {
+    await this.c.store.snapshotGates.insert(await admin.snapshotGate(this.c, r, snapshotId));
   }
 
   /** Gives fork branches (not yet running) the configuration kept with their snapshot. */
-  inheritSnapshot(p: Principal, snap: SnapshotRecord, branches: readonly SessionRecord[]): void {
-    admin.inheritGate(this.c, p, snap, branches);
+  inheritSnapshot(p: Principal, snap: SnapshotRecord, branches: readonly SessionRecord[]): Promise<void> {
+    return admin.inheritGate(this.c, p, snap, branches);
   }
 }
 

@@ -8,7 +8,7 @@ import {
   UnavailableError,
   assertTransition,
   throwIfAborted,
-  verifyChain,
+  verifyChainAsync,
   type AuditEntry,
   type AuditLog,
   type BackendName,
@@ -47,7 +47,7 @@ export interface SessionManagerOptions {
   store: Store;
   audit: AuditLog;
   /** Verifies the audit chain (with whatever anchor the store keeps). Default: verifyChain over scan(). */
-  verifyAudit?: () => VerifyResult;
+  verifyAudit?: () => Promise<VerifyResult>;
   snapshots: SnapshotStore;
   /** Backends available on this machine; a session naming a missing one is refused. */
   drivers: Partial<Record<BackendName, SandboxDriver>>;
@@ -98,20 +98,25 @@ export class SessionManager implements Engine {
       live: (id, opts) => this.live(SYSTEM, id, opts),
       spawn: (id, l, req, opts) => this.spawn(id, newId('exec'), l.d, l.sandboxId, req, opts),
       meter: (id, f) => this.bump(id, f),
-      state: (id) => this.o.store.sessions.get(id)?.state,
+      state: async (id) => (await this.o.store.sessions.get(id))?.state,
       pause: (id) => this.pause(SYSTEM, id),
       resume: (p, id) => this.resume(p, id),
     });
     this.gate = new ToolGate({ store: o.store, audit: o.audit, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits });
     for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason) => void this.onSandboxExit(sandboxId, reason));
-    if (!o.store.tenants.get(DEFAULT_TENANT_ID)) {
-      o.store.tenants.insert({ id: DEFAULT_TENANT_ID, name: 'default', apiKeyHash: sha256Hex(newSecret('btk')), createdAt: o.clock.now() });
+  }
+
+  /** Call once, before anything else: creates the default tenant on a new store and starts the gate. */
+  async start(): Promise<void> {
+    if (!(await this.o.store.tenants.get(DEFAULT_TENANT_ID))) {
+      await this.o.store.tenants.insert({ id: DEFAULT_TENANT_ID, name: 'default', apiKeyHash: sha256Hex(newSecret('btk')), createdAt: this.o.clock.now() });
     }
+    await this.gate.start();
   }
 
   // ---- principals ---------------------------------------------------------------------------------
 
-  authenticate(token: string): Principal {
+  authenticate(token: string): Promise<Principal> {
     return authenticate(this.o.store, this.o.rootKeyHash, token);
   }
 
@@ -129,49 +134,49 @@ export class SessionManager implements Engine {
     return p.kind === 'root' || p.kind === 'system' || p.tenantId === tenantId;
   }
 
-  createTenant(p: Principal, name: string): { tenant: TenantRecord; apiKey: string } {
+  async createTenant(p: Principal, name: string): Promise<{ tenant: TenantRecord; apiKey: string }> {
     if (p.kind !== 'root') throw new AppError('forbidden', 'only the root token may create tenants');
     if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/.test(name)) {
       throw new InvalidArgumentError('name: 1-63 characters of letters, digits, ".", "_" or "-"', { details: { field: 'name' } });
     }
-    if (this.o.store.tenants.list().some((t) => t.name === name)) throw new AppError('conflict', `tenant ${name} already exists`, { details: { field: 'name' } });
+    if ((await this.o.store.tenants.list()).some((t) => t.name === name)) throw new AppError('conflict', `tenant ${name} already exists`, { details: { field: 'name' } });
     const apiKey = newSecret('btk');
     const tenant: TenantRecord = { id: newId('tenant'), name, apiKeyHash: sha256Hex(apiKey), createdAt: this.o.clock.now() };
-    this.o.store.tenants.insert(tenant);
-    this.audit(p, tenant.id, null, 'tenant.create', 'ok', { name });
+    await this.o.store.tenants.insert(tenant);
+    await this.audit(p, tenant.id, null, 'tenant.create', 'ok', { name });
     return { tenant, apiKey };
   }
 
-  listTenants(p: Principal): TenantRecord[] {
+  async listTenants(p: Principal): Promise<TenantRecord[]> {
     this.requireOperator(p);
-    return this.o.store.tenants.list().filter((t) => this.visible(p, t.id));
+    return (await this.o.store.tenants.list()).filter((t) => this.visible(p, t.id));
   }
 
   // ---- records ------------------------------------------------------------------------------------
 
   /** The session as this principal may see it; another tenant's session is simply not found. */
-  private record(p: Principal, id: string): SessionRecord {
-    const r = this.o.store.sessions.get(id);
+  private async record(p: Principal, id: string): Promise<SessionRecord> {
+    const r = await this.o.store.sessions.get(id);
     if (!r || !this.visible(p, r.tenantId) || (p.kind === 'agent' && p.id !== id)) throw new NotFoundError('session', id);
     return r;
   }
 
-  private save(r: SessionRecord): void {
-    this.o.store.sessions.put(r);
+  private async save(r: SessionRecord): Promise<void> {
+    await this.o.store.sessions.put(r);
   }
 
   private bump(id: string, f: Partial<PendingCounts>): void {
     this.meter.add(id, f, this.o.clock.now());
     this.flushTimer ??= setTimeout(() => {
       this.flushTimer = undefined;
-      this.flush();
+      void this.flush().catch((e: unknown) => this.o.log?.(`metering flush failed: ${(e as Error).message}`));
     }, FLUSH_INTERVAL_MS).unref();
   }
 
-  flush(): void {
+  async flush(): Promise<void> {
     for (const id of this.meter.ids()) {
-      const r = this.o.store.sessions.get(id);
-      if (r) this.o.store.sessions.put(this.meter.apply(r));
+      const r = await this.o.store.sessions.get(id);
+      if (r) await this.o.store.sessions.put(this.meter.apply(r));
     }
   }
 
@@ -179,25 +184,25 @@ export class SessionManager implements Engine {
    * Moves a record to a new state and writes it with its audit entry in one transaction (one commit,
    * one fsync). `by` names who asked for it; without it the entry is the system's.
    */
-  private transition(r: SessionRecord, to: SessionState, patch: Partial<SessionRecord> = {}, by?: Actor): void {
+  private async transition(r: SessionRecord, to: SessionState, patch: Partial<SessionRecord> = {}, by?: Actor): Promise<void> {
     assertTransition(r.state, to);
     const from = r.state;
     this.meter.apply(r);
     enterState(r, to, this.o.clock.now());
     Object.assign(r, patch);
     const data = { from, to, ...(patch.failureReason ? { reason: patch.failureReason } : {}) };
-    this.o.store.transaction(() => {
-      this.save(r);
+    await this.o.store.transaction(async () => {
+      await this.save(r);
       if (by) {
-        this.audit(by.principal, r.tenantId, r.id, by.action, 'ok', data);
+        await this.audit(by.principal, r.tenantId, r.id, by.action, 'ok', data);
         by.audited = true;
       } else {
-        this.audit(SYSTEM, r.tenantId, r.id, 'session.state', 'ok', data);
+        await this.audit(SYSTEM, r.tenantId, r.id, 'session.state', 'ok', data);
       }
     });
   }
 
-  private audit(p: Principal, tenantId: string | null, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): AuditEntry {
+  private audit(p: Principal, tenantId: string | null, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): Promise<AuditEntry> {
     return this.o.audit.append({ tenantId, sessionId, principal: p, action, outcome, data });
   }
 
@@ -223,7 +228,7 @@ export class SessionManager implements Engine {
   async createSession(p: Principal, input: CreateSessionInput, opts: CallOptions = {}): Promise<{ session: SessionInfo; agentToken: string }> {
     this.requireOperator(p);
     const { settings, backend } = resolveSettings(input, this.defaults);
-    const tenantId = this.tenantFor(p, input.tenantId);
+    const tenantId = await this.tenantFor(p, input.tenantId);
     if (input.objective !== undefined && (typeof input.objective !== 'string' || input.objective.length > 4096)) {
       throw new InvalidArgumentError('objective: a string of at most 4096 characters', { details: { field: 'objective' } });
     }
@@ -232,25 +237,25 @@ export class SessionManager implements Engine {
     const agentToken = newAgentToken(id);
     const now = this.o.clock.now();
     const r = newSessionRecord({ id, tenantId, backend, settings, objective: input.objective ?? null, metadata: input.metadata ?? {}, agentToken, reason: 'create', parentSnapshotId: null, now });
-    this.o.store.sessions.insert(r);
-    this.audit(p, tenantId, id, 'session.create', 'ok', { backend, settings: { ...settings, env: Object.keys(settings.env) }, objective: r.objective });
+    await this.o.store.sessions.insert(r);
+    await this.audit(p, tenantId, id, 'session.create', 'ok', { backend, settings: { ...settings, env: Object.keys(settings.env) }, objective: r.objective });
     await this.mutex.run(id, async () => {
       try {
         await driver.create(this.spec(r, r.sandboxId as string, r.identity), opts);
-        this.transition(r, 'running');
+        await this.transition(r, 'running');
       } catch (e) {
         await driver.destroy(r.sandboxId as string).catch(() => undefined);
-        this.transition(r, 'failed', { failureReason: `create failed: ${(e as Error).message}`, sandboxId: null });
+        await this.transition(r, 'failed', { failureReason: `create failed: ${(e as Error).message}`, sandboxId: null });
         throw e;
       }
     });
     return { session: await this.info(r), agentToken };
   }
 
-  private tenantFor(p: Principal, requested: string | undefined): string {
+  private async tenantFor(p: Principal, requested: string | undefined): Promise<string> {
     if (p.kind === 'root' || p.kind === 'system') {
       if (requested === undefined) return DEFAULT_TENANT_ID;
-      if (!this.o.store.tenants.get(requested)) throw new NotFoundError('tenant', requested);
+      if (!(await this.o.store.tenants.get(requested))) throw new NotFoundError('tenant', requested);
       return requested;
     }
     if (requested !== undefined && requested !== p.tenantId) throw new NotFoundError('tenant', requested);
@@ -260,42 +265,42 @@ export class SessionManager implements Engine {
   async listSessions(p: Principal, filter: SessionListFilter = {}): Promise<SessionInfo[]> {
     this.requireOperator(p);
     const states = (filter.states?.length ? filter.states : ['creating', 'running', 'paused', 'hibernating', 'hibernated', 'waking', 'failed']) as SessionState[];
-    const rows = this.o.store.sessions.list({ states, ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}) });
+    const rows = await this.o.store.sessions.list({ states, ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}) });
     return Promise.all(rows.map((r) => this.info(r)));
   }
 
   async getSession(p: Principal, id: string): Promise<SessionInfo> {
     this.requireOperator(p, id);
-    return this.info(this.record(p, id));
+    return this.info(await this.record(p, id));
   }
 
   async terminateSession(p: Principal, id: string, opts: CallOptions = {}): Promise<void> {
     this.requireOperator(p, id);
-    this.record(p, id);
+    await this.record(p, id);
     await this.mutex.run(id, async () => {
-      const r = this.record(p, id);
+      const r = await this.record(p, id);
       if (r.state === 'terminated') return;
-      this.audit(p, r.tenantId, id, 'session.terminate', 'ok', {});
+      await this.audit(p, r.tenantId, id, 'session.terminate', 'ok', {});
       for (const [execId, e] of this.execs) if (e.sessionId === id) this.execs.delete(execId);
       const d = this.driver(r.backend);
       if (r.sandboxId) foldStats(r, await d.stats(r.sandboxId).catch(() => undefined));
       // Also the last incarnation when hibernated: its removal may still be finishing in the background.
       await d.destroy(r.sandboxId ?? sandboxIdFor(r.id, r.identity.generation), opts);
       // The session's own snapshots go with it, named or not, except named ones (kept for forking).
-      for (const s of this.o.store.snapshots.list({ sessionId: id })) {
+      for (const s of await this.o.store.snapshots.list({ sessionId: id })) {
         if (s.kind === 'hibernation' || s.name === null) await this.removeSnapshot(s);
       }
       // Its pending approvals close with it (cancelled), so none is left to approve.
-      this.o.store.transaction(() => {
-        this.gate.cancelPendingApprovals(id);
-        this.transition(r, 'terminated', { sandboxId: null, hibernationSnapshotId: null });
+      await this.o.store.transaction(async () => {
+        await this.gate.cancelPendingApprovals(id);
+        await this.transition(r, 'terminated', { sandboxId: null, hibernationSnapshotId: null });
       });
     });
   }
 
   private async removeSnapshot(s: SnapshotRecord): Promise<void> {
     await this.o.snapshots.delete(s.id);
-    this.o.store.snapshots.delete(s.id);
+    await this.o.store.snapshots.delete(s.id);
   }
 
   // ---- making sure a machine is there ----------------------------------------------------------------
@@ -303,10 +308,10 @@ export class SessionManager implements Engine {
   /** The live sandbox of a session for a command or file call; wakes a hibernated session first. */
   private async live(p: Principal, id: string, opts: CallOptions): Promise<{ r: SessionRecord; d: SandboxDriver; sandboxId: string }> {
     this.requireOperator(p, id);
-    let r = this.record(p, id);
+    let r = await this.record(p, id);
     if (r.state === 'hibernated' || r.state === 'hibernating' || r.state === 'waking') {
       await this.wake(p, id, opts);
-      r = this.record(p, id);
+      r = await this.record(p, id);
     }
     if (r.state === 'paused') throw new InvalidStateError(`session ${id} is paused; resume it first`, { details: { state: r.state } });
     if (r.state !== 'running' || !r.sandboxId) {
@@ -321,7 +326,7 @@ export class SessionManager implements Engine {
   async exec(p: Principal, id: string, req: ExecRequest, opts: CallOptions = {}): Promise<{ execId: string; handle: ExecHandle }> {
     const { r, d, sandboxId } = await this.live(p, id, opts);
     const execId = newId('exec');
-    this.audit(p, r.tenantId, id, 'session.exec', 'ok', { execId, argv: req.argv, cwd: req.cwd ?? null, timeoutMs: req.timeoutMs ?? null });
+    await this.audit(p, r.tenantId, id, 'session.exec', 'ok', { execId, argv: req.argv, cwd: req.cwd ?? null, timeoutMs: req.timeoutMs ?? null });
     return { execId, handle: await this.spawn(id, execId, d, sandboxId, req, opts) };
   }
 
@@ -345,9 +350,9 @@ export class SessionManager implements Engine {
     return handle;
   }
 
-  getExec(p: Principal, sessionId: string, execId: string): ExecHandle {
+  async getExec(p: Principal, sessionId: string, execId: string): Promise<ExecHandle> {
     this.requireOperator(p, sessionId);
-    this.record(p, sessionId);
+    await this.record(p, sessionId);
     const e = this.execs.get(execId);
     if (!e || e.sessionId !== sessionId) throw new NotFoundError('exec', execId);
     return e.handle;
@@ -364,7 +369,7 @@ export class SessionManager implements Engine {
   async writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
     const { r, d, sandboxId } = await this.live(p, id, opts);
     const n = await d.writeFile(sandboxId, checkPath(path), countBytes(data, (k) => this.bump(id, { bytesIn: k })), opts);
-    this.audit(p, r.tenantId, id, 'session.files.write', 'ok', { path, bytes: n });
+    await this.audit(p, r.tenantId, id, 'session.files.write', 'ok', { path, bytes: n });
     return n;
   }
 
@@ -381,13 +386,13 @@ export class SessionManager implements Engine {
   async mkdir(p: Principal, id: string, path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<void> {
     const { r, d, sandboxId } = await this.live(p, id, opts);
     await d.mkdir(sandboxId, checkPath(path), opts);
-    this.audit(p, r.tenantId, id, 'session.files.mkdir', 'ok', { path });
+    await this.audit(p, r.tenantId, id, 'session.files.mkdir', 'ok', { path });
   }
 
   async removeFile(p: Principal, id: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
     const { r, d, sandboxId } = await this.live(p, id, opts);
     await d.remove(sandboxId, checkPath(path), opts);
-    this.audit(p, r.tenantId, id, 'session.files.remove', 'ok', { path, recursive: !!opts.recursive });
+    await this.audit(p, r.tenantId, id, 'session.files.remove', 'ok', { path, recursive: !!opts.recursive });
   }
 
   // ---- pause / resume / hibernate / wake -------------------------------------------------------------
@@ -396,7 +401,7 @@ export class SessionManager implements Engine {
     return this.lifecycle(p, id, 'session.pause', async (r, by) => {
       assertTransition(r.state, 'paused');
       await this.driver(r.backend).pause(r.sandboxId as string, opts);
-      this.transition(r, 'paused', {}, by);
+      await this.transition(r, 'paused', {}, by);
     });
   }
 
@@ -404,7 +409,7 @@ export class SessionManager implements Engine {
     return this.lifecycle(p, id, 'session.resume', async (r, by) => {
       if (r.state !== 'paused') throw new InvalidStateError(`session ${id} is ${r.state}, not paused`, { details: { state: r.state } });
       await this.driver(r.backend).resume(r.sandboxId as string, opts);
-      this.transition(r, 'running', {}, by);
+      await this.transition(r, 'running', {}, by);
     });
   }
 
@@ -419,18 +424,18 @@ export class SessionManager implements Engine {
     const snapshotId = newId('snapshot');
     const dir = await this.o.snapshots.create(snapshotId);
     const stats = await d.stats(sandboxId).catch(() => undefined);
-    this.transition(r, 'hibernating', { hibernationSnapshotId: snapshotId });
+    await this.transition(r, 'hibernating', { hibernationSnapshotId: snapshotId });
     try {
       await d.checkpoint(sandboxId, dir, opts);
     } catch (e) {
       await this.o.snapshots.delete(snapshotId);
       const alive = await d.adopt(this.spec(r, sandboxId, r.identity)).catch(() => false);
-      if (alive) this.transition(r, 'running', { hibernationSnapshotId: null });
-      else this.transition(r, 'failed', { failureReason: `hibernate failed: ${(e as Error).message}`, sandboxId: null });
+      if (alive) await this.transition(r, 'running', { hibernationSnapshotId: null });
+      else await this.transition(r, 'failed', { failureReason: `hibernate failed: ${(e as Error).message}`, sandboxId: null });
       throw e;
     }
     foldStats(r, stats);
-    this.o.store.snapshots.insert({
+    await this.o.store.snapshots.insert({
       id: snapshotId,
       tenantId: r.tenantId,
       sessionId: r.id,
@@ -441,7 +446,7 @@ export class SessionManager implements Engine {
       sizeBytes: await this.o.snapshots.sizeBytes(snapshotId),
       createdAt: this.o.clock.now(),
     });
-    this.transition(r, 'hibernated', { sandboxId: null }, by);
+    await this.transition(r, 'hibernated', { sandboxId: null }, by);
   }
 
   async wake(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
@@ -459,16 +464,16 @@ export class SessionManager implements Engine {
     const snap = r.hibernationSnapshotId;
     const sandboxId = sandboxIdFor(r.id, r.identity.generation + 1);
     const identity: SandboxIdentity = { ...r.identity, generation: r.identity.generation + 1, reason: 'wake' };
-    this.transition(r, 'waking', { sandboxId });
+    await this.transition(r, 'waking', { sandboxId });
     try {
       await d.restore(this.spec(r, sandboxId, identity), this.o.snapshots.dir(snap), opts);
     } catch (e) {
       await d.destroy(sandboxId).catch(() => undefined);
-      this.transition(r, 'hibernated', { sandboxId: null });
+      await this.transition(r, 'hibernated', { sandboxId: null });
       throw e;
     }
-    this.transition(r, 'running', { identity, hibernationSnapshotId: null, lastActivityAt: this.o.clock.now() }, by);
-    const rec = this.o.store.snapshots.get(snap);
+    await this.transition(r, 'running', { identity, hibernationSnapshotId: null, lastActivityAt: this.o.clock.now() }, by);
+    const rec = await this.o.store.snapshots.get(snap);
     if (rec) await this.removeSnapshot(rec);
   }
 
@@ -478,15 +483,15 @@ export class SessionManager implements Engine {
    */
   private async lifecycle(p: Principal, id: string, action: string, fn: (r: SessionRecord, by: Actor) => Promise<void>): Promise<SessionInfo> {
     this.requireOperator(p, id);
-    this.record(p, id);
+    await this.record(p, id);
     return this.mutex.run(id, async () => {
-      const r = this.record(p, id);
+      const r = await this.record(p, id);
       const by: Actor = { principal: p, action, audited: false };
       try {
         await fn(r, by);
-        if (!by.audited) this.audit(p, r.tenantId, id, action, 'ok', {});
+        if (!by.audited) await this.audit(p, r.tenantId, id, action, 'ok', {});
       } catch (e) {
-        this.audit(p, r.tenantId, id, action, 'error', { code: (e as AppError).code ?? 'internal', message: (e as Error).message });
+        await this.audit(p, r.tenantId, id, action, 'error', { code: (e as AppError).code ?? 'internal', message: (e as Error).message });
         throw e;
       }
       return this.info(r);
@@ -526,75 +531,77 @@ export class SessionManager implements Engine {
         createdAt: this.o.clock.now(),
       };
       // With the gate configuration as it stands now: fork branches inherit it (ToolGate.inheritSnapshot).
-      this.o.store.transaction(() => {
-        this.o.store.snapshots.insert(out);
-        this.gate.keepForSnapshot(r, snapshotId);
+      await this.o.store.transaction(async () => {
+        await this.o.store.snapshots.insert(out);
+        await this.gate.keepForSnapshot(r, snapshotId);
       });
     });
     return out;
   }
 
-  private snapshotRecord(p: Principal, snapshotId: string): SnapshotRecord {
-    const s = this.o.store.snapshots.get(snapshotId);
+  private async snapshotRecord(p: Principal, snapshotId: string): Promise<SnapshotRecord> {
+    const s = await this.o.store.snapshots.get(snapshotId);
     if (!s || s.kind !== 'named' || !this.visible(p, s.tenantId) || (p.kind === 'agent' && p.id !== s.sessionId)) throw new NotFoundError('snapshot', snapshotId);
     return s;
   }
 
   async listSnapshots(p: Principal, filter: { sessionId?: string } = {}): Promise<SnapshotRecord[]> {
     this.requireOperator(p);
-    return this.o.store.snapshots
+    return (await this.o.store.snapshots
       .list({ ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}), ...(filter.sessionId ? { sessionId: filter.sessionId } : {}) })
-      .filter((s) => s.kind === 'named');
+      ).filter((s) => s.kind === 'named');
   }
 
   async getSnapshot(p: Principal, snapshotId: string): Promise<SnapshotRecord> {
-    const s = this.snapshotRecord(p, snapshotId);
+    const s = await this.snapshotRecord(p, snapshotId);
     this.requireOperator(p);
     return s;
   }
 
   async deleteSnapshot(p: Principal, snapshotId: string): Promise<void> {
-    const s = this.snapshotRecord(p, snapshotId);
+    const s = await this.snapshotRecord(p, snapshotId);
     this.requireOperator(p);
     await this.removeSnapshot(s);
-    this.audit(p, s.tenantId, s.sessionId, 'snapshot.delete', 'ok', { snapshotId });
+    await this.audit(p, s.tenantId, s.sessionId, 'snapshot.delete', 'ok', { snapshotId });
   }
 
   async fork(p: Principal, snapshotId: string, count: number, opts: CallOptions = {}): Promise<Array<{ session: SessionInfo; agentToken: string }>> {
-    if (p.kind === 'agent') this.snapshotRecord(p, snapshotId);
+    if (p.kind === 'agent') await this.snapshotRecord(p, snapshotId);
     this.requireOperator(p);
     if (!Number.isInteger(count) || count < LIMITS.forkCount.min || count > LIMITS.forkCount.max) {
       throw new InvalidArgumentError(`count: must be an integer between ${LIMITS.forkCount.min} and ${LIMITS.forkCount.max}`, { details: { field: 'count' } });
     }
-    const snap = this.snapshotRecord(p, snapshotId);
+    const snap = await this.snapshotRecord(p, snapshotId);
     const d = this.driver(snap.backend);
     if (!d.capabilities.fork) throw new UnavailableError(`the ${snap.backend} backend cannot fork`);
     const dir = this.o.snapshots.dir(snap.id);
     const now = this.o.clock.now();
-    const branches = Array.from({ length: count }, () => {
+    const objective = (await this.o.store.sessions.get(snap.sessionId))?.objective ?? null;
+    const branches: Array<{ r: SessionRecord; agentToken: string }> = [];
+    for (let i = 0; i < count; i++) {
       const id = newId('session');
       const agentToken = newAgentToken(id);
       const r = newSessionRecord({
-        id, tenantId: snap.tenantId, backend: snap.backend, settings: snap.settings, objective: this.o.store.sessions.get(snap.sessionId)?.objective ?? null,
+        id, tenantId: snap.tenantId, backend: snap.backend, settings: snap.settings, objective,
         metadata: {}, agentToken, reason: 'fork', parentSnapshotId: snap.id, now,
       });
-      this.o.store.sessions.insert(r);
-      return { r, agentToken };
-    });
-    this.audit(p, snap.tenantId, snap.sessionId, 'snapshot.fork', 'ok', { snapshotId, sessions: branches.map((b) => b.r.id) });
-    this.gate.inheritSnapshot(p, snap, branches.map((b) => b.r));
+      await this.o.store.sessions.insert(r);
+      branches.push({ r, agentToken });
+    }
+    await this.audit(p, snap.tenantId, snap.sessionId, 'snapshot.fork', 'ok', { snapshotId, sessions: branches.map((b) => b.r.id) });
+    await this.gate.inheritSnapshot(p, snap, branches.map((b) => b.r));
     const results = await mapLimit(branches, this.o.forkConcurrency ?? 4, async ({ r }) => {
       throwIfAborted(opts.signal);
       await d.restore(this.spec(r, r.sandboxId as string, r.identity), dir, opts);
-      this.transition(r, 'running');
+      await this.transition(r, 'running');
     });
     const failed = results.findIndex((x) => x.status === 'rejected');
     if (failed >= 0) {
       // All or nothing: a half-made fork would leave the caller with branches it did not ask for.
       for (const { r } of branches) {
         if (r.sandboxId) await d.destroy(r.sandboxId).catch(() => undefined);
-        if (r.state === 'creating') this.transition(r, 'failed', { failureReason: 'fork failed', sandboxId: null });
-        this.transition(r, 'terminated', { sandboxId: null });
+        if (r.state === 'creating') await this.transition(r, 'failed', { failureReason: 'fork failed', sandboxId: null });
+        await this.transition(r, 'terminated', { sandboxId: null });
       }
       throw (results[failed] as PromiseRejectedResult).reason;
     }
@@ -603,15 +610,15 @@ export class SessionManager implements Engine {
 
   // ---- audit and health -----------------------------------------------------------------------------
 
-  auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): AuditEntry[] {
+  async auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): Promise<AuditEntry[]> {
     this.requireOperator(p, q.sessionId);
-    if (q.sessionId) this.record(p, q.sessionId);
+    if (q.sessionId) await this.record(p, q.sessionId);
     return this.o.audit.query({ ...q, ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}) });
   }
 
-  auditVerify(p: Principal): VerifyResult {
+  async auditVerify(p: Principal): Promise<VerifyResult> {
     if (p.kind !== 'root') throw new AppError('forbidden', 'only the root token may verify the whole audit chain');
-    return this.o.verifyAudit ? this.o.verifyAudit() : verifyChain(this.o.audit.scan());
+    return this.o.verifyAudit ? this.o.verifyAudit() : verifyChainAsync(this.o.audit.scan());
   }
 
   health(): { ok: boolean; backends: Record<string, { available: boolean; reason?: string }> } {
@@ -628,13 +635,13 @@ export class SessionManager implements Engine {
   async sweepIdle(): Promise<string[]> {
     // The same timer expires pending approvals past their time (the gate also checks lazily on every read).
     try {
-      this.gate.sweepExpired();
+      await this.gate.sweepExpired();
     } catch (e) {
       this.o.log?.(`approval expiry sweep failed: ${(e as Error).message}`);
     }
     const now = this.o.clock.now();
     const done: string[] = [];
-    for (const r0 of this.o.store.sessions.list({ states: ['running'] })) {
+    for (const r0 of await this.o.store.sessions.list({ states: ['running'] })) {
       const r = this.meter.peek(r0);
       if (r.settings.idleTimeoutS <= 0 || this.activeExecs.has(r.id)) continue;
       if (now - r.lastActivityAt < r.settings.idleTimeoutS * 1000) continue;
@@ -651,13 +658,13 @@ export class SessionManager implements Engine {
   }
 
   private async onSandboxExit(sandboxId: string, reason: string): Promise<void> {
-    const r = this.o.store.sessions.list({ states: ['running', 'paused'] }).find((s) => s.sandboxId === sandboxId);
+    const r = (await this.o.store.sessions.list({ states: ['running', 'paused'] })).find((s) => s.sandboxId === sandboxId);
     if (!r) return;
     await this.mutex.run(r.id, async () => {
-      const cur = this.o.store.sessions.get(r.id);
+      const cur = await this.o.store.sessions.get(r.id);
       if (!cur || cur.sandboxId !== sandboxId || (cur.state !== 'running' && cur.state !== 'paused')) return;
       await this.driver(cur.backend).destroy(sandboxId).catch(() => undefined);
-      this.transition(cur, 'failed', { failureReason: reason, sandboxId: null });
+      await this.transition(cur, 'failed', { failureReason: reason, sandboxId: null });
     });
   }
 
@@ -667,9 +674,9 @@ export class SessionManager implements Engine {
   }
 
   /** For recovery (engine/recovery.ts): a lock-held step on one record. */
-  async withRecord(id: string, fn: (r: SessionRecord, tools: { transition: (to: SessionState, patch?: Partial<SessionRecord>) => void; spec: (sandboxId: string) => SandboxSpec; driver: SandboxDriver | undefined }) => Promise<void>): Promise<void> {
+  async withRecord(id: string, fn: (r: SessionRecord, tools: { transition: (to: SessionState, patch?: Partial<SessionRecord>) => Promise<void>; spec: (sandboxId: string) => SandboxSpec; driver: SandboxDriver | undefined }) => Promise<void>): Promise<void> {
     await this.mutex.run(id, async () => {
-      const r = this.o.store.sessions.get(id);
+      const r = await this.o.store.sessions.get(id);
       if (!r) return;
       await fn(r, {
         transition: (to, patch) => this.transition(r, to, patch),
@@ -683,7 +690,7 @@ export class SessionManager implements Engine {
     this.closed = true;
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
-    this.flush();
+    await this.flush();
     for (const d of Object.values(this.o.drivers)) await d?.close();
   }
 }

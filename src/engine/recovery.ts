@@ -24,12 +24,12 @@ export async function recover(deps: {
 }): Promise<RecoveryReport> {
   const { manager, store } = deps;
   const report: RecoveryReport = { adopted: [], failed: [], orphansRemoved: [], snapshotDirsRemoved: [] };
-  const open = store.sessions.list({ states: ['creating', 'running', 'paused', 'hibernating', 'waking'] });
+  const open = await store.sessions.list({ states: ['creating', 'running', 'paused', 'hibernating', 'waking'] });
   for (const rec of open) {
     await manager.withRecord(rec.id, async (r, t) => {
       const d = t.driver;
       if (!d) {
-        t.transition('failed', { failureReason: `backend ${r.backend} is not available after restart`, sandboxId: null });
+        await t.transition('failed', { failureReason: `backend ${r.backend} is not available after restart`, sandboxId: null });
         report.failed.push(r.id);
         return;
       }
@@ -38,7 +38,7 @@ export async function recover(deps: {
       switch (r.state) {
         case 'creating':
           if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
-          t.transition('failed', { failureReason: 'the server stopped while the session was being created', sandboxId: null });
+          await t.transition('failed', { failureReason: 'the server stopped while the session was being created', sandboxId: null });
           report.failed.push(r.id);
           return;
         case 'running':
@@ -50,7 +50,7 @@ export async function recover(deps: {
             report.adopted.push(r.id);
           } else {
             if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
-            t.transition('failed', { failureReason: 'the sandbox was lost while the server was down', sandboxId: null });
+            await t.transition('failed', { failureReason: 'the sandbox was lost while the server was down', sandboxId: null });
             report.failed.push(r.id);
           }
           return;
@@ -58,31 +58,31 @@ export async function recover(deps: {
           const snap = r.hibernationSnapshotId;
           const complete = snap !== null && imageComplete(deps.snapshots, snap);
           if (alive) {
-            t.transition('running', { hibernationSnapshotId: null });
+            await t.transition('running', { hibernationSnapshotId: null });
             if (snap) await deps.snapshots.delete(snap);
             report.adopted.push(r.id);
           } else if (complete && snap) {
             if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
-            if (!store.snapshots.get(snap)) {
-              store.snapshots.insert({
+            if (!(await store.snapshots.get(snap))) {
+              await store.snapshots.insert({
                 id: snap, tenantId: r.tenantId, sessionId: r.id, kind: 'hibernation', name: null, backend: r.backend,
                 settings: r.settings, sizeBytes: await deps.snapshots.sizeBytes(snap), createdAt: Date.now(),
               });
             }
-            t.transition('hibernated', { sandboxId: null });
+            await t.transition('hibernated', { sandboxId: null });
           } else {
-            t.transition('failed', { failureReason: 'the server stopped during hibernation and no image was completed', sandboxId: null });
+            await t.transition('failed', { failureReason: 'the server stopped during hibernation and no image was completed', sandboxId: null });
             report.failed.push(r.id);
           }
           return;
         }
         case 'waking':
           if (alive) {
-            t.transition('running', {});
+            await t.transition('running', {});
             report.adopted.push(r.id);
           } else {
             if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
-            t.transition('hibernated', { sandboxId: null });
+            await t.transition('hibernated', { sandboxId: null });
           }
           return;
         default:
@@ -92,7 +92,7 @@ export async function recover(deps: {
   }
 
   // Orphans: sandboxes no live record points at (e.g. the server died between runsc and the store).
-  const owned = new Set(store.sessions.list({ states: ['running', 'paused'] }).map((r) => r.sandboxId));
+  const owned = new Set((await store.sessions.list({ states: ['running', 'paused'] })).map((r) => r.sandboxId));
   for (const d of Object.values(deps.drivers)) {
     if (!d) continue;
     for (const id of await d.list().catch(() => [] as string[])) {
@@ -101,8 +101,8 @@ export async function recover(deps: {
       report.orphansRemoved.push(id);
     }
   }
-  const known = new Set(store.snapshots.list().map((s) => s.id));
-  for (const s of store.sessions.list({ states: ['hibernating'] })) if (s.hibernationSnapshotId) known.add(s.hibernationSnapshotId);
+  const known = new Set((await store.snapshots.list()).map((s) => s.id));
+  for (const s of await store.sessions.list({ states: ['hibernating'] })) if (s.hibernationSnapshotId) known.add(s.hibernationSnapshotId);
   for (const id of await deps.snapshots.list()) {
     if (known.has(id)) continue;
     await deps.snapshots.delete(id);

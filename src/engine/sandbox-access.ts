@@ -18,7 +18,7 @@ export interface ManagerSteps {
   /** Starts a metered command in it. */
   spawn(sessionId: string, live: LiveSandbox, req: ExecRequest, opts: CallOptions): Promise<ExecHandle>;
   meter(sessionId: string, f: Partial<PendingCounts>): void;
-  state(sessionId: string): SessionState | undefined;
+  state(sessionId: string): Promise<SessionState | undefined>;
   /** A lifecycle pause (audited as a state change by whoever the manager names). */
   pause(sessionId: string): Promise<unknown>;
   resume(p: Principal, sessionId: string): Promise<unknown>;
@@ -57,9 +57,9 @@ export function sandboxAccess(m: ManagerSteps): SandboxAccess {
       return d.stat(sandboxId, checkPath(path), opts);
     },
     async pauseForBreaker(id) {
-      if (m.state(id) !== 'running') return false;
+      if ((await m.state(id)) !== 'running') return false;
       await m.pause(id);
-      return m.state(id) === 'paused';
+      return (await m.state(id)) === 'paused';
     },
     async resume(p, id) {
       await m.resume(p, id);

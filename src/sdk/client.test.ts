@@ -159,7 +159,7 @@ describe('exec', () => {
     const s = await berth.sessions.create();
     const ac = new AbortController();
     const ex = await s.exec(['sleep', '10'], { signal: ac.signal });
-    const handle = t.engine.getExec(t.root, s.id, ex.execId);
+    const handle = await t.engine.getExec(t.root, s.id, ex.execId);
     setTimeout(() => ac.abort(), 20);
     const e = (await ex.wait().catch((x) => x)) as AppError;
     expect(e.code).toBe('cancelled');
@@ -262,7 +262,7 @@ describe('exec edge cases', () => {
   it('leaving the loop early kills the command and wait() rejects cancelled', async () => {
     const s = await berth.sessions.create();
     const ex = await s.exec(['sh', '-c', 'echo tick 1; sleep 30']);
-    const handle = t.engine.getExec(t.root, s.id, ex.execId);
+    const handle = await t.engine.getExec(t.root, s.id, ex.execId);
     for await (const ev of ex) {
       expect(ev.type).toBe('stdout');
       break;

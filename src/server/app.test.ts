@@ -350,7 +350,7 @@ describe('exec', () => {
     const res = await app.request(`/v1/sessions/${s.id}/exec`, { method: 'POST', headers: JSON_AUTH, body: JSON.stringify({ argv: ['sleep', '10'] }) });
     const reader = res.body!.getReader();
     const started = JSON.parse(new TextDecoder().decode((await reader.read()).value));
-    const handle = t.engine.getExec(t.root, s.id, started.execId);
+    const handle = await t.engine.getExec(t.root, s.id, started.execId);
     await reader.cancel();
     await expect(handle.wait()).resolves.toMatchObject({ signal: 9 });
   });

@@ -131,6 +131,7 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
     defaults: parts.defaults,
     log,
   });
+  await manager.start();
   const recovery = await recover({ manager, store, snapshots, drivers, log });
   const sweepMs = parts.idleSweepMs ?? 1000;
   let sweeping = false;
@@ -151,7 +152,7 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
     async close() {
       if (timer) clearInterval(timer);
       await manager.close();
-      store.close();
+      await store.close();
     },
   };
 }

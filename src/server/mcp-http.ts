@@ -63,5 +63,5 @@ export function mcpRoutes(deps: McpRouteDeps): Hono<Env> {
 
 /** berth.approval_status through the gate: the approval as the HTTP API shows it (status, and the result once run). */
 function approvalLookup(gate: GateService, p: Principal, sessionId: string): ApprovalLookup {
-  return async (approvalId) => toApprovalView(gate.getApproval(p, sessionId, approvalId));
+  return async (approvalId) => toApprovalView(await gate.getApproval(p, sessionId, approvalId));
 }

@@ -178,7 +178,7 @@ describe('mcpRoutes (streamable HTTP, in process, over the real engine and gate)
     expect(r.isError).toBeFalsy();
     expect(r.structuredContent).toMatchObject({ path: '/work/a', content: 'hello', size: 5, truncated: false });
     // The gate decided and recorded the call, in the agent's name.
-    const result = t.engine.auditQuery(t.root, { sessionId: session.id }).find((e) => e.action === 'tool.result');
+    const result = (await t.engine.auditQuery(t.root, { sessionId: session.id })).find((e) => e.action === 'tool.result');
     expect(result?.principal).toMatchObject({ kind: 'agent', id: session.id });
     await client.close();
   });

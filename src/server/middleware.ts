@@ -36,7 +36,7 @@ export function bearerAuth(engine: Engine): MiddlewareHandler<Env> {
         header ? 'malformed Authorization header; expected "Bearer <token>"' : 'missing bearer token (Authorization: Bearer <token>)',
       );
     }
-    c.set('principal', engine.authenticate(m[1]));
+    c.set('principal', await engine.authenticate(m[1]));
     await next();
   };
 }

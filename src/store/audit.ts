@@ -1,11 +1,12 @@
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import type BetterSqlite3 from 'better-sqlite3';
-import { GENESIS_HASH, hashEntry, verifyChain } from '../core/audit.js';
+import { ChainChecker, GENESIS_HASH, hashEntry } from '../core/audit.js';
 import type { AuditEntry, AuditInput, AuditLog, AuditQuery, Principal, VerifyResult } from '../core/audit.js';
 import { canonicalJson } from '../core/canonical.js';
 import { AppError, ConfigError, InvalidArgumentError } from '../core/errors.js';
 import type { Clock } from '../core/store.js';
 import { translateSqliteError } from './sqlite-errors.js';
+import type { TxScope } from './sqlite-tx.js';
 
 /**
  * The audit log over the `audit` table (created in migrations.ts, with triggers that abort UPDATE and
@@ -159,7 +160,12 @@ export interface SqliteAuditLogOptions {
   clock: Clock;
   /** Where the head anchor lives; undefined = no anchor (in-memory databases). */
   anchorPath?: string;
+  /** The store's transaction scope: every call waits for a transaction of another caller to end. */
+  scope: TxScope;
 }
+
+/** Rows per page of scan(): each page is one statement, so the connection is free between pages. */
+const SCAN_PAGE = 512;
 
 /** Built by openSqliteStore(); use `store.audit`. */
 export class SqliteAuditLog implements AuditLog {
@@ -170,7 +176,8 @@ export class SqliteAuditLog implements AuditLog {
   readonly #hashAt: BetterSqlite3.Statement<[number], { hash: string }>;
   readonly #byHash: BetterSqlite3.Statement<[string], AuditRow>;
   readonly #insert: BetterSqlite3.Statement<unknown[]>;
-  readonly #scan: BetterSqlite3.Statement<[], AuditRow>;
+  readonly #scan: BetterSqlite3.Statement<[number, number], AuditRow>;
+  readonly #scope: TxScope;
   /** Keyed by which of tenantId (t) and sessionId (s) the query filters on. */
   readonly #queries: Record<QueryKey, BetterSqlite3.Statement<[Record<string, unknown>], AuditRow>>;
   readonly #appendTx: (p: PreparedInput) => AuditEntry;
@@ -183,13 +190,14 @@ export class SqliteAuditLog implements AuditLog {
   constructor(opts: SqliteAuditLogOptions) {
     this.#db = opts.db;
     this.#clock = opts.clock;
+    this.#scope = opts.scope;
     this.anchorPath = opts.anchorPath;
     const db = this.#db;
     this.#head = db.prepare('SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1');
     this.#hashAt = db.prepare('SELECT hash FROM audit WHERE seq = ?');
     this.#byHash = db.prepare(`SELECT ${COLUMNS} FROM audit WHERE hash = ? LIMIT 1`);
     this.#insert = db.prepare(`INSERT INTO audit (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
-    this.#scan = db.prepare(`SELECT ${COLUMNS} FROM audit ORDER BY seq`);
+    this.#scan = db.prepare(`SELECT ${COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`);
     const q = (where: string) =>
       db.prepare<[Record<string, unknown>], AuditRow>(
         `SELECT ${COLUMNS} FROM audit WHERE ${where} seq > @afterSeq ORDER BY seq LIMIT @limit`,
@@ -213,6 +221,7 @@ export class SqliteAuditLog implements AuditLog {
     return this.#frozen;
   }
 
+  /** Synchronous, for this store's own bookkeeping and tests: call it only when no transaction is open. */
   head(): AuditAnchor {
     return this.#head.get() ?? { seq: 0, hash: GENESIS_HASH };
   }
@@ -222,8 +231,12 @@ export class SqliteAuditLog implements AuditLog {
    * which case the anchor is written when that commits). If the row commits but the anchor cannot be
    * written, throws 'unavailable' with details.committed = true: do not retry the append.
    */
-  append(input: AuditInput): AuditEntry {
+  async append(input: AuditInput): Promise<AuditEntry> {
     const p = prepareInput(input);
+    return this.#scope.run(() => this.#appendSync(p));
+  }
+
+  #appendSync(p: PreparedInput): AuditEntry {
     const outer = this.#db.inTransaction;
     let entry: AuditEntry;
     try {
@@ -263,7 +276,7 @@ export class SqliteAuditLog implements AuditLog {
     return { ...body, hash };
   }
 
-  query(q: AuditQuery = {}): AuditEntry[] {
+  async query(q: AuditQuery = {}): Promise<AuditEntry[]> {
     const afterSeq = q.afterSeq ?? 0;
     const limit = q.limit ?? -1; // SQLite: negative LIMIT = no limit
     if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) {
@@ -273,33 +286,45 @@ export class SqliteAuditLog implements AuditLog {
       throw new InvalidArgumentError('limit must be a positive integer', { details: { field: 'limit' } });
     }
     const key = `${q.tenantId !== undefined ? 't' : ''}${q.sessionId !== undefined ? 's' : ''}` as QueryKey;
-    return this.#queries[key].all({ tenantId: q.tenantId, sessionId: q.sessionId, afterSeq, limit }).map(decodeEntry);
+    const params = { tenantId: q.tenantId, sessionId: q.sessionId, afterSeq, limit };
+    return this.#scope.run(() => this.#queries[key].all(params).map(decodeEntry));
   }
 
   /**
-   * Streams every entry in seq order (one statement: a consistent snapshot). Consume it synchronously: until
-   * the iteration ends the connection refuses writes (better-sqlite3 throws "connection is busy").
+   * Streams every entry in seq order, a page of rows at a time (the connection is free between pages, so
+   * appends may go on meanwhile; the log being append-only, a scan sees a prefix of the chain and may
+   * include entries appended while it ran).
    */
-  *scan(): Generator<AuditEntry, void, undefined> {
-    for (const row of this.#scan.iterate()) yield decodeEntry(row);
+  async *scan(): AsyncGenerator<AuditEntry, void, undefined> {
+    let after = 0;
+    for (;;) {
+      const rows = await this.#scope.run(() => this.#scan.all(after, SCAN_PAGE));
+      for (const row of rows) yield decodeEntry(row);
+      if (rows.length < SCAN_PAGE) return;
+      after = (rows[rows.length - 1] as AuditRow).seq;
+    }
   }
 
   /** An entry by its stored hash (a full-table scan: for diagnosis only). */
-  entryByHash(hash: string): AuditEntry | undefined {
-    const row = this.#byHash.get(hash);
-    return row && decodeEntry(row);
+  entryByHash(hash: string): Promise<AuditEntry | undefined> {
+    return this.#scope.run(() => {
+      const row = this.#byHash.get(hash);
+      return row && decodeEntry(row);
+    });
   }
 
   /**
    * Operator action: accept the database's current head as the truth and rewrite the anchor (after a restore
    * from backup, say). This is exactly what an intruder would want, so only a CLI verb should call it.
    */
-  reanchor(): AuditAnchor {
-    const head = this.head();
-    this.#known = head;
-    this.#frozen = false;
-    if (this.anchorPath !== undefined) writeAnchor(this.anchorPath, head);
-    return head;
+  reanchor(): Promise<AuditAnchor> {
+    return this.#scope.run(() => {
+      const head = this.head();
+      this.#known = head;
+      this.#frozen = false;
+      if (this.anchorPath !== undefined) writeAnchor(this.anchorPath, head);
+      return head;
+    });
   }
 
   /** Called by SqliteStore.transaction() after its outermost COMMIT. */
@@ -384,12 +409,12 @@ function hashesAs(e: AuditEntry, seq: number): boolean {
  * The seq an entry was appended with, found by following prevHash links back to an entry that still sits
  * where it was written. Bounded, since it only sharpens a diagnosis.
  */
-function originalSeq(log: SqliteAuditLog, e: AuditEntry, depth: number): number | undefined {
+async function originalSeq(log: SqliteAuditLog, e: AuditEntry, depth: number): Promise<number | undefined> {
   if (e.prevHash === GENESIS_HASH) return 1;
   if (depth === 0) return undefined;
-  const prev = log.entryByHash(e.prevHash);
+  const prev = await log.entryByHash(e.prevHash);
   if (prev === undefined) return undefined;
-  const prevSeq = hashesAs(prev, prev.seq) ? prev.seq : originalSeq(log, prev, depth - 1);
+  const prevSeq = hashesAs(prev, prev.seq) ? prev.seq : await originalSeq(log, prev, depth - 1);
   return prevSeq === undefined ? undefined : prevSeq + 1;
 }
 
@@ -401,28 +426,27 @@ function originalSeq(log: SqliteAuditLog, e: AuditEntry, depth: number): number 
  * verifyChain() alone reports a pair whose seq values were swapped as 'edited' (seq is hashed); when the
  * entry's hash does verify under the seq its prevHash link implies, it is reported as 'reordered'.
  */
-export function verifyAudit(store: { readonly audit: SqliteAuditLog }, opts: VerifyAuditOptions = {}): AuditVerifyResult {
+export async function verifyAudit(store: { readonly audit: SqliteAuditLog }, opts: VerifyAuditOptions = {}): Promise<AuditVerifyResult> {
   const log = store.audit;
   const anchorPath = opts.anchorPath ?? log.anchorPath;
   const read = anchorPath === undefined ? undefined : readAnchor(anchorPath);
   const anchorSeq = read?.status === 'ok' ? read.anchor.seq : -1;
   let atAnchor: string | undefined;
   let count = 0;
-  function* feed(): Generator<AuditEntry> {
-    for (const e of log.scan()) {
-      count++;
-      if (e.seq === anchorSeq) atAnchor = e.hash;
-      yield e;
-    }
-  }
   let chain: VerifyResult;
   try {
-    chain = verifyChain(feed());
+    const checker = new ChainChecker();
+    for await (const e of log.scan()) {
+      count++;
+      if (e.seq === anchorSeq) atAnchor = e.hash;
+      if (checker.push(e)) break;
+    }
+    chain = checker.result();
   } catch (e) {
     // verifyChain throws when hashEntry meets a value canonicalJson refuses (a hand-written 1e999 parses as
     // Infinity). It checks entries in order, so the first such entry is the first bad one; none: rethrow.
     let bad: AuditEntry | undefined;
-    for (const x of log.scan()) {
+    for await (const x of log.scan()) {
       if (!hashable(x)) {
         bad = x;
         break;
@@ -432,9 +456,9 @@ export function verifyAudit(store: { readonly audit: SqliteAuditLog }, opts: Ver
     chain = { ok: false, entries: count, firstBadSeq: bad.seq, problem: 'edited' };
   }
   if (!chain.ok) {
-    const bad = chain.problem === 'edited' ? log.query({ afterSeq: chain.firstBadSeq - 1, limit: 1 })[0] : undefined;
+    const bad = chain.problem === 'edited' ? (await log.query({ afterSeq: chain.firstBadSeq - 1, limit: 1 }))[0] : undefined;
     if (bad !== undefined && bad.seq === chain.firstBadSeq) {
-      const was = originalSeq(log, bad, 16);
+      const was = await originalSeq(log, bad, 16);
       if (was !== undefined && was !== bad.seq && hashesAs(bad, was)) chain = { ...chain, problem: 'reordered' };
     }
     return { ...chain, anchor: 'unchecked' };

@@ -7,6 +7,7 @@ import { AppError, NotFoundError } from '../core/errors.js';
 import type { ApprovalRecord, SessionGateRecord, SnapshotGateRecord, TenantPolicyRecord, ToolDefinitionRecord } from '../core/records.js';
 import type { ApprovalFilter, ApprovalRepo, PolicyRepo, SessionGateRepo, SnapshotGateRepo, ToolRepo } from '../core/store.js';
 import { translateSqliteError } from './sqlite-errors.js';
+import type { Syncify } from './sqlite-tx.js';
 
 function parse<T>(raw: string, table: string, id: string): T {
   try {
@@ -24,7 +25,7 @@ interface PolicyRow {
   updated_by: string;
 }
 
-export class SqlitePolicyRepo implements PolicyRepo {
+export class SqlitePolicyRepo implements Syncify<PolicyRepo> {
   readonly #get: BetterSqlite3.Statement<[string], PolicyRow>;
   readonly #put: BetterSqlite3.Statement<[PolicyRow]>;
 
@@ -55,7 +56,7 @@ interface KeyedRow {
   data: string;
 }
 
-export class SqliteToolRepo implements ToolRepo {
+export class SqliteToolRepo implements Syncify<ToolRepo> {
   readonly #get: BetterSqlite3.Statement<[string, string], KeyedRow>;
   readonly #list: BetterSqlite3.Statement<[string], KeyedRow>;
   readonly #put: BetterSqlite3.Statement<[string, string, string]>;
@@ -96,7 +97,7 @@ interface GateRow {
   data: string;
 }
 
-export class SqliteSessionGateRepo implements SessionGateRepo {
+export class SqliteSessionGateRepo implements Syncify<SessionGateRepo> {
   readonly #get: BetterSqlite3.Statement<[string], GateRow>;
   readonly #put: BetterSqlite3.Statement<[string, string, string]>;
 
@@ -130,7 +131,7 @@ interface SnapshotGateRow {
 }
 
 /** Rows go with their snapshot: the snapshot_gate_follows_snapshot trigger deletes them. */
-export class SqliteSnapshotGateRepo implements SnapshotGateRepo {
+export class SqliteSnapshotGateRepo implements Syncify<SnapshotGateRepo> {
   readonly #get: BetterSqlite3.Statement<[string], SnapshotGateRow>;
   readonly #insert: BetterSqlite3.Statement<[string, string, string, string]>;
 
@@ -201,7 +202,7 @@ function approvalToRow(r: ApprovalRecord): ApprovalRow {
   };
 }
 
-export class SqliteApprovalRepo implements ApprovalRepo {
+export class SqliteApprovalRepo implements Syncify<ApprovalRepo> {
   readonly #insert: BetterSqlite3.Statement<[ApprovalRow]>;
   readonly #put: BetterSqlite3.Statement<[ApprovalRow]>;
   readonly #get: BetterSqlite3.Statement<[string], ApprovalRow>;

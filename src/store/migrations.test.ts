@@ -48,17 +48,17 @@ describe('the MIGRATIONS list', () => {
 });
 
 describe('applying', () => {
-  it('records every migration on a new file, and is idempotent on reopen', () => {
+  it('records every migration on a new file, and is idempotent on reopen', async () => {
     let t = 1000;
     const clock = { now: () => t++ };
     const s1 = openSqliteStore({ path: dbPath, clock });
     expect(s1.schemaVersion).toBe(MIGRATIONS.length);
-    s1.close();
+    await s1.close();
     const first = recorded();
     expect(first.map((r) => [r.version, r.name])).toEqual(MIGRATIONS.map((m) => [m.version, m.name]));
 
-    openSqliteStore({ path: dbPath, clock }).close();
-    openSqliteStore({ path: dbPath, clock }).close();
+    await openSqliteStore({ path: dbPath, clock }).close();
+    await openSqliteStore({ path: dbPath, clock }).close();
     expect(recorded()).toEqual(first); // same rows, same applied_at
   });
 
@@ -119,8 +119,8 @@ describe('refusing', () => {
     expect(recorded().map((r) => r.version)).toEqual([...MIGRATIONS.map((m) => m.version), n + 1]);
   });
 
-  it('a file whose history names a different migration', () => {
-    openSqliteStore({ path: dbPath }).close();
+  it('a file whose history names a different migration', async () => {
+    await openSqliteStore({ path: dbPath }).close();
     const raw = new Database(dbPath);
     raw.prepare("UPDATE schema_migrations SET name = 'something_else' WHERE version = 1").run();
     raw.close();

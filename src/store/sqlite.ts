@@ -8,6 +8,7 @@ import { SqliteAuditLog, anchorPathFor } from './audit.js';
 import { SqliteApprovalRepo, SqlitePolicyRepo, SqliteSessionGateRepo, SqliteSnapshotGateRepo, SqliteToolRepo } from './gate-repos.js';
 import { applyMigrations } from './migrations.js';
 import { translateSqliteError } from './sqlite-errors.js';
+import { TxScope, asyncRepo, type Syncify } from './sqlite-tx.js';
 
 /**
  * The embedded Store: one SQLite file in WAL mode. Each record is stored as the columns it is filtered on
@@ -77,7 +78,7 @@ function sessionFromRow(row: SessionRow): SessionRecord {
   return { id: row.id, tenantId: row.tenant_id, state: row.state as SessionRecord['state'], ...rest };
 }
 
-class SqliteSessionRepo implements SessionRepo {
+class SqliteSessionRepo implements Syncify<SessionRepo> {
   readonly #insert: BetterSqlite3.Statement<[string, string, string, string]>;
   readonly #put: BetterSqlite3.Statement<[{ id: string; tenantId: string; state: string; data: string }]>;
   readonly #get: BetterSqlite3.Statement<[string], SessionRow>;
@@ -151,7 +152,7 @@ function snapshotFromRow(row: SnapshotRow): SnapshotRecord {
   return { id: row.id, tenantId: row.tenant_id, sessionId: row.session_id, kind: row.kind as SnapshotRecord['kind'], ...rest };
 }
 
-class SqliteSnapshotRepo implements SnapshotRepo {
+class SqliteSnapshotRepo implements Syncify<SnapshotRepo> {
   readonly #insert: BetterSqlite3.Statement<[string, string, string, string, string]>;
   readonly #get: BetterSqlite3.Statement<[string], SnapshotRow>;
   readonly #delete: BetterSqlite3.Statement<[string]>;
@@ -213,7 +214,7 @@ function tenantFromRow(row: TenantRow): TenantRecord {
   return { id: row.id, apiKeyHash: row.api_key_hash, ...rest };
 }
 
-class SqliteTenantRepo implements TenantRepo {
+class SqliteTenantRepo implements Syncify<TenantRepo> {
   readonly #insert: BetterSqlite3.Statement<[string, string, string]>;
   readonly #get: BetterSqlite3.Statement<[string], TenantRow>;
   readonly #byKey: BetterSqlite3.Statement<[string], TenantRow>;
@@ -273,47 +274,79 @@ export class SqliteStore implements Store {
   readonly approvals: ApprovalRepo;
   readonly audit: SqliteAuditLog;
   readonly #db: BetterSqlite3.Database;
-  readonly #tx: BetterSqlite3.Transaction<(fn: () => unknown) => unknown>;
+  readonly #scope = new TxScope();
 
   constructor(parts: SqliteStoreParts) {
-    this.#db = parts.db;
+    const db = parts.db;
+    const scope = this.#scope;
+    this.#db = db;
     this.path = parts.path;
     this.schemaVersion = parts.schemaVersion;
-    this.sessions = new SqliteSessionRepo(parts.db);
-    this.snapshots = new SqliteSnapshotRepo(parts.db);
-    this.tenants = new SqliteTenantRepo(parts.db);
-    this.policies = new SqlitePolicyRepo(parts.db);
-    this.tools = new SqliteToolRepo(parts.db);
-    this.gates = new SqliteSessionGateRepo(parts.db);
-    this.snapshotGates = new SqliteSnapshotGateRepo(parts.db);
-    this.approvals = new SqliteApprovalRepo(parts.db);
+    this.sessions = asyncRepo<SessionRepo>(new SqliteSessionRepo(db), scope);
+    this.snapshots = asyncRepo<SnapshotRepo>(new SqliteSnapshotRepo(db), scope);
+    this.tenants = asyncRepo<TenantRepo>(new SqliteTenantRepo(db), scope);
+    this.policies = asyncRepo<PolicyRepo>(new SqlitePolicyRepo(db), scope);
+    this.tools = asyncRepo<ToolRepo>(new SqliteToolRepo(db), scope);
+    this.gates = asyncRepo<SessionGateRepo>(new SqliteSessionGateRepo(db), scope);
+    this.snapshotGates = asyncRepo<SnapshotGateRepo>(new SqliteSnapshotGateRepo(db), scope);
+    this.approvals = asyncRepo<ApprovalRepo>(new SqliteApprovalRepo(db), scope);
     const anchorPath = anchorPathFor(parts.path);
-    this.audit = new SqliteAuditLog({ db: parts.db, clock: parts.clock, ...(anchorPath === undefined ? {} : { anchorPath }) });
-    this.#tx = parts.db.transaction((fn: () => unknown) => fn());
+    this.audit = new SqliteAuditLog({ db, clock: parts.clock, scope, ...(anchorPath === undefined ? {} : { anchorPath }) });
   }
 
   /**
-   * Runs fn in one IMMEDIATE transaction and returns its result; fn must be synchronous (a returned promise
-   * is refused and rolled back). A nested call runs as a SAVEPOINT inside the outer transaction: if it throws,
-   * only its own changes are undone, and the outer one decides whether everything commits. Audit entries
-   * appended inside move the head anchor after the COMMIT; if that write fails this throws 'unavailable' with
-   * details.committed = true, and the transaction has committed.
+   * Runs fn in one IMMEDIATE transaction and resolves to its result after the COMMIT. While fn runs (across
+   * its awaits) the transaction holds the connection: calls made inside it run at once, calls from elsewhere
+   * wait until it ends, so two transactions never interleave. A nested call runs as a SAVEPOINT inside the
+   * outer transaction: if it throws, only its own changes are undone, and the outer one decides whether
+   * everything commits. Audit entries appended inside move the head anchor after the COMMIT; if that write
+   * fails this throws 'unavailable' with details.committed = true, and the transaction has committed.
    */
-  transaction<T>(fn: () => T): T {
-    if (this.#db.inTransaction) return this.#tx(fn) as T;
-    let result: T;
+  async transaction<T>(fn: (tx: Store) => Promise<T>): Promise<T> {
+    const open = this.#scope.current();
+    if (open) return this.#savepoint(open, fn);
+    await this.#scope.lock.acquire();
+    const frame = { active: true, savepoints: 0 };
     try {
-      result = this.#tx.immediate(fn) as T;
-    } catch (e) {
-      this.audit.afterRollback();
-      translateSqliteError(e, { kind: 'transaction' });
+      let result: T;
+      try {
+        this.#db.exec('BEGIN IMMEDIATE');
+        result = await this.#scope.within(frame, () => fn(this));
+        frame.active = false;
+        this.#db.exec('COMMIT');
+      } catch (e) {
+        frame.active = false;
+        if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
+        this.audit.afterRollback();
+        translateSqliteError(e, { kind: 'transaction' });
+      }
+      this.audit.afterCommit();
+      return result;
+    } finally {
+      this.#scope.lock.release();
     }
-    this.audit.afterCommit();
-    return result;
   }
 
-  /** Idempotent. */
-  close(): void {
-    if (this.#db.open) this.#db.close();
+  async #savepoint<T>(frame: { savepoints: number }, fn: (tx: Store) => Promise<T>): Promise<T> {
+    const name = `berth_sp${++frame.savepoints}`;
+    this.#db.exec(`SAVEPOINT ${name}`);
+    try {
+      const result = await fn(this);
+      this.#db.exec(`RELEASE ${name}`);
+      return result;
+    } catch (e) {
+      if (this.#db.inTransaction) {
+        this.#db.exec(`ROLLBACK TO ${name}`);
+        this.#db.exec(`RELEASE ${name}`);
+      }
+      throw e;
+    }
+  }
+
+  /** Idempotent. Waits for a transaction in progress to end. */
+  async close(): Promise<void> {
+    await this.#scope.run(() => {
+      if (this.#db.open) this.#db.close();
+    });
   }
 }

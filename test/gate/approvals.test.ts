@@ -109,7 +109,7 @@ describe.skipIf(skip)('approvals', () => {
     expect(anew).not.toBe(dev);
     // The sweep expires what nobody reads.
     clock.advance(61_000);
-    expect(s.side.manager.gate.sweepExpired()).toEqual([anew]);
+    expect(await s.side.manager.gate.sweepExpired()).toEqual([anew]);
     expect(await a.agent.approvals.get(a.id, anew)).toMatchObject({ status: 'expired' });
     expect(await deployLog()).toBe(1);
   });

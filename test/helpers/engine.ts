@@ -53,7 +53,7 @@ export async function createTestEngine(o: TestEngineOptions = {}): Promise<TestE
     store,
     snapshots,
     rootKey,
-    root: side.manager.authenticate(rootKey),
+    root: await side.manager.authenticate(rootKey),
     side,
     dataDir,
     async close() {

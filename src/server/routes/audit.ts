@@ -5,12 +5,12 @@ import { principal, readQuery, type Env, type RouteDeps } from '../context.js';
 export function auditRoutes({ engine }: RouteDeps): Hono<Env> {
   const r = new Hono<Env>();
 
-  r.get('/audit', (c) => {
+  r.get('/audit', async (c) => {
     const q = readQuery(c, AuditQuerySchema);
-    return c.json<AuditListView>({ entries: engine.auditQuery(principal(c), q).map(toAuditEntryView) });
+    return c.json<AuditListView>({ entries: (await engine.auditQuery(principal(c), q)).map(toAuditEntryView) });
   });
 
-  r.get('/audit/verify', (c) => c.json(toAuditVerifyView(engine.auditVerify(principal(c)))));
+  r.get('/audit/verify', async (c) => c.json(toAuditVerifyView(await engine.auditVerify(principal(c)))));
 
   return r;
 }

@@ -34,7 +34,7 @@ export function execRoutes({ engine, log, execHeartbeatMs }: RouteDeps): Hono<En
     const sessionId = idParam(c, 'session');
     const execId = idParam(c, 'exec', 'execId');
     const q = readQuery(c, StdinQuerySchema);
-    const handle = engine.getExec(principal(c), sessionId, execId);
+    const handle = await engine.getExec(principal(c), sessionId, execId);
     let bytes = 0;
     for await (const chunk of bodyChunks(c.req.raw)) {
       await handle.writeStdin(chunk);
@@ -49,7 +49,7 @@ export function execRoutes({ engine, log, execHeartbeatMs }: RouteDeps): Hono<En
     const execId = idParam(c, 'exec', 'execId');
     const body = await readJson(c, KillBodySchema);
     const signal = body.signal ?? SIGNALS.SIGKILL!;
-    await engine.getExec(principal(c), sessionId, execId).kill(signal);
+    await (await engine.getExec(principal(c), sessionId, execId)).kill(signal);
     return c.json<KillView>({ execId, signal });
   });
 

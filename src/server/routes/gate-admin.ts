@@ -73,25 +73,25 @@ export function gateAdminRoutes({ engine }: RouteDeps): Hono<Env> {
     const q = readQuery(c, TenantQuerySchema);
     const type = c.req.header('content-type') ?? '';
     const text = /^application\/json\b/i.test(type) ? (await readJson(c, PolicyBodySchema)).policy : await readText(c, (1 << 20) + 1);
-    return c.json<PolicyView>(toPolicyView(engine.gate.setPolicy(principal(c), text, q)));
+    return c.json<PolicyView>(toPolicyView(await engine.gate.setPolicy(principal(c), text, q)));
   });
 
-  r.get('/policy', (c) => c.json<PolicyView>(toPolicyView(engine.gate.getPolicy(principal(c), readQuery(c, TenantQuerySchema)))));
+  r.get('/policy', async (c) => c.json<PolicyView>(toPolicyView(await engine.gate.getPolicy(principal(c), readQuery(c, TenantQuerySchema)))));
 
   r.post('/tools', async (c) => {
     const q = readQuery(c, TenantQuerySchema);
     const def = await readAnyJson(c);
-    return c.json<ToolDefinitionView>(toToolDefinitionView(engine.gate.defineTool(principal(c), def, q)), 201);
+    return c.json<ToolDefinitionView>(toToolDefinitionView(await engine.gate.defineTool(principal(c), def, q)), 201);
   });
 
-  r.get('/tools', (c) => {
-    const list = engine.gate.listToolDefinitions(principal(c), readQuery(c, TenantQuerySchema));
+  r.get('/tools', async (c) => {
+    const list = await engine.gate.listToolDefinitions(principal(c), readQuery(c, TenantQuerySchema));
     return c.json<ToolDefinitionListView>({ tools: list.map(toToolDefinitionView) });
   });
 
-  r.get('/approvals', (c) => {
+  r.get('/approvals', async (c) => {
     const q = readQuery(c, ApprovalsQuerySchema);
-    const list = engine.gate.listApprovals(principal(c), { ...(q.state ? { statuses: q.state } : {}), ...(q.sessionId ? { sessionId: q.sessionId } : {}) });
+    const list = await engine.gate.listApprovals(principal(c), { ...(q.state ? { statuses: q.state } : {}), ...(q.sessionId ? { sessionId: q.sessionId } : {}) });
     return c.json<ApprovalListView>({ approvals: list.map(toApprovalView) });
   });
 

@@ -28,8 +28,8 @@ export function gateRoutes({ engine }: RouteDeps): Hono<Env> {
     return c.json<CallResultView>(res);
   });
 
-  r.get('/sessions/:id/approvals/:approvalId', (c) => {
-    const a = engine.gate.getApproval(principal(c), idParam(c, 'session'), idParam(c, 'approval', 'approvalId'));
+  r.get('/sessions/:id/approvals/:approvalId', async (c) => {
+    const a = await engine.gate.getApproval(principal(c), idParam(c, 'session'), idParam(c, 'approval', 'approvalId'));
     return c.json<ApprovalView>(toApprovalView(a));
   });
 

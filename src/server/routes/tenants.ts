@@ -7,11 +7,11 @@ export function tenantRoutes({ engine }: RouteDeps): Hono<Env> {
 
   r.post('/tenants', async (c) => {
     const body = await readJson(c, CreateTenantBodySchema);
-    const { tenant, apiKey } = engine.createTenant(principal(c), body.name);
+    const { tenant, apiKey } = await engine.createTenant(principal(c), body.name);
     return c.json<CreatedTenantView>({ ...toTenantView(tenant), apiKey }, 201);
   });
 
-  r.get('/tenants', (c) => c.json<TenantListView>({ tenants: engine.listTenants(principal(c)).map(toTenantView) }));
+  r.get('/tenants', async (c) => c.json<TenantListView>({ tenants: (await engine.listTenants(principal(c))).map(toTenantView) }));
 
   return r;
 }
