@@ -23,6 +23,7 @@ const DEBIAN = {
   'qemu-system-x86': 'QEMU (the microVM backend)',
   'qemu-utils': 'qemu-img, for copy-on-write disk layers',
   debootstrap: 'builds the Debian base image',
+  'erofs-utils': 'mkfs.erofs: the base image as one file gVisor reads in its own kernel',
   'busybox-static': 'the microVM initramfs',
   e2fsprogs: 'mkfs.ext4 for the microVM disk',
   gcc: 'compiles the in-sandbox agent',
