@@ -285,8 +285,10 @@ export class GvisorDriver implements SandboxDriver {
         .finally(() => this.cleanups.delete(sandboxId));
       this.cleanups.set(sandboxId, cleanup);
     }
-    const file = await stat(join(imageDir, 'checkpoint.img')).catch(() => undefined);
-    return { bytes: file?.size ?? 0 };
+    // Every file of the image: without compression runsc writes the pages beside the state (pages.img).
+    let bytes = 0;
+    for (const f of await readdir(imageDir)) bytes += (await stat(join(imageDir, f)).catch(() => undefined))?.size ?? 0;
+    return { bytes };
   }
 
   async destroy(sandboxId: string): Promise<void> {
