@@ -58,7 +58,8 @@ async function collect(src: AsyncIterable<Uint8Array>): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 /** A background loop whose count lives only in the shell's memory and is mirrored to /tmp/n. */
-const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
+// Written to a temporary file and renamed, so a reader never sees the file empty between truncate and write.
+const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 export function driverConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number } = {}): void {
