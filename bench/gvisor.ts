@@ -1,11 +1,13 @@
 /**
  * gVisor rows: raw `runsc` against Berth's HTTP API (through the SDK) for the same operations, in one run.
- * The raw side uses the same runsc flags and base image, with `sleep` as its init instead of the agent.
+ * The raw side uses the same runsc flags (checkpoint and restore flags too) and base image, with `sleep` as its init instead of the agent.
  */
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { CHECKPOINT_FLAGS, RESTORE_FLAGS } from '../src/drivers/gvisor/driver.js';
 import { Runsc } from '../src/drivers/gvisor/runsc.js';
+import { rootfsImagePath } from '../src/drivers/image/rootfs.js';
 import { ociSpec } from '../src/drivers/gvisor/spec.js';
 import { newMachineId } from '../src/core/index.js';
 import type { Berth as BerthClient } from '../src/sdk/index.js';
@@ -27,7 +29,7 @@ async function rawBundle(c: RawCtx, id: string, init: string[]): Promise<string>
   await mkdir(b, { recursive: true });
   const spec = ociSpec(
     { sandboxId: id, limits: { memoryMb: 512, cpus: 1 }, env: {}, identity: { hostname: id, machineId: newMachineId(), generation: 1, reason: 'create' }, network: 'none' },
-    { rootfs: c.rootfs, agentDir: c.agentDir },
+    { rootfs: c.rootfs, agentDir: c.agentDir, rootfsImage: rootfsImagePath(c.rootfs) },
   ) as { process: { args: string[] } };
   spec.process.args = init;
   await writeFile(join(b, 'config.json'), JSON.stringify(spec));
@@ -123,11 +125,11 @@ export async function benchGvisor(o: { berth: BerthClient; rootfs: string; agent
       await rawExec(c, id, ['sh', '-c', DIRTY]);
       const img = join(dir, `img-${id}`);
       await mkdir(img);
-      rawHib.push((await time(() => c.runsc.run(['checkpoint', `--image-path=${img}`, id])))[0]);
+      rawHib.push((await time(() => c.runsc.run(['checkpoint', ...CHECKPOINT_FLAGS, `--image-path=${img}`, id])))[0]);
       await c.runsc.run(['delete', '--force', id], { allowFail: true });
       const id2 = rid();
       const b = await rawBundle(c, id2, ['sleep', 'infinity']);
-      rawWake.push((await time(() => c.runsc.run(['restore', '--detach', `--image-path=${img}`, `--bundle=${b}`, id2])))[0]);
+      rawWake.push((await time(() => c.runsc.run(['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${img}`, `--bundle=${b}`, id2])))[0]);
       await rawKill(c, id2);
       await rm(img, { recursive: true, force: true });
     }
@@ -176,7 +178,7 @@ export async function benchGvisor(o: { berth: BerthClient; rootfs: string; agent
       await rawRun(c, id);
       await rawExec(c, id, ['sh', '-c', DIRTY]);
       await mkdir(rawImg);
-      await c.runsc.run(['checkpoint', `--image-path=${rawImg}`, id]);
+      await c.runsc.run(['checkpoint', ...CHECKPOINT_FLAGS, `--image-path=${rawImg}`, id]);
       await c.runsc.run(['delete', '--force', id], { allowFail: true });
     }
     const rFork: number[] = [];
@@ -185,7 +187,7 @@ export async function benchGvisor(o: { berth: BerthClient; rootfs: string; agent
       const [ms] = await time(async () => {
         // Same concurrency as the engine's default (4 restores in flight).
         for (let k = 0; k < 8; k += 4) {
-          await Promise.all(ids.slice(k, k + 4).map(async (id) => c.runsc.run(['restore', '--detach', `--image-path=${rawImg}`, `--bundle=${await rawBundle(c, id, ['sleep', 'infinity'])}`, id])));
+          await Promise.all(ids.slice(k, k + 4).map(async (id) => c.runsc.run(['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${rawImg}`, `--bundle=${await rawBundle(c, id, ['sleep', 'infinity'])}`, id])));
         }
       });
       rFork.push(ms);

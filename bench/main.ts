@@ -1,6 +1,6 @@
 /**
- * `npm run bench [-- --json] [-- --quick] [-- --only gvisor,gate,qemu]`: raw engines and Berth side by
- * side in one run. Prints a table; with --json the last line is `{"results":[…]}`.
+ * `npm run bench [-- --json] [-- --quick] [-- --only gvisor,gate,qemu,checkpoint]`: raw engines and Berth
+ * side by side in one run (the default is gate,gvisor,qemu; checkpoint compares runsc's checkpoint flags). Prints a table; with --json the last line is `{"results":[…]}`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
@@ -16,6 +16,12 @@ import { printTable, row, type Row } from './stats.js';
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
+  if (args.includes('--help')) {
+    console.log('npm run bench [-- --json] [-- --quick] [-- --only gate,gvisor,qemu,checkpoint]\n' +
+      '  --json    end with one JSON line {"results":[…]}\n  --quick   fewer samples\n' +
+      '  --only    sections, comma-separated (default gate,gvisor,qemu); checkpoint: runsc checkpoint flags vs none');
+    return;
+  }
   const json = args.includes('--json');
   const quick = args.includes('--quick');
   const onlyArg = args.find((a) => a.startsWith('--only='))?.slice(7) ?? (args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined);
@@ -31,6 +37,12 @@ async function main(): Promise<void> {
     for (const g of await benchGate()) {
       rows.push({ ...row(g.op, 'gate', [g.p50Ms], null, 'p99 <= 2 ms'), n: g.n, berthP95Ms: g.p99Ms, note: `p99 ${g.p99Ms} ms` });
     }
+  }
+
+  if (only.has('checkpoint')) {
+    const { benchCheckpointFlags } = await import('./gvisor-checkpoint.js');
+    const rootfs = await ensureRootfs({ cacheDir });
+    rows.push(...(await benchCheckpointFlags({ rootfs, agentDir: join(root, 'dist', 'agent'), quick, log })));
   }
 
   if (only.has('gvisor') || only.has('qemu')) {

@@ -9,7 +9,7 @@
 // it. This script may itself run on an older Node (the first `npm test` of a fresh clone): it only
 // bootstraps. Native modules are compiled against the pinned Node's headers (--nodedir), never fetched.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -23,6 +23,7 @@ const DEBIAN = {
   'qemu-system-x86': 'QEMU (the microVM backend)',
   'qemu-utils': 'qemu-img, for copy-on-write disk layers',
   debootstrap: 'builds the Debian base image',
+  'erofs-utils': 'mkfs.erofs: the base image as one file gVisor reads in its own kernel',
   'busybox-static': 'the microVM initramfs',
   e2fsprogs: 'mkfs.ext4 for the microVM disk',
   gcc: 'compiles the in-sandbox agent',
@@ -48,15 +49,90 @@ if (major < 18) {
   process.exit(1);
 }
 
+// Packages taken from the release's backports suite, each with the oldest version Berth accepts. Debian 12's
+// own runsc (0.0~20221219) answers statx with EINVAL (`ls -la`, `stat`, `find -printf` fail in a sandbox);
+// bookworm-backports' (0.0~20240729) works. Only the packages named here come from backports: the suite is
+// added with its default priority (NotAutomatic), so nothing else is ever upgraded from it.
+const BACKPORTS = {
+  runsc: { min: '0.0~20240729', why: 'gVisor with a working statx (coreutils) and the new checkpoint flags' },
+};
+
+function installedVersion(p) {
+  const r = spawnSync('dpkg-query', ['-W', '-f=${Status}\t${Version}', p], { encoding: 'utf8' });
+  if (r.status !== 0 || !r.stdout.includes('install ok installed')) return undefined;
+  return r.stdout.split('\t')[1];
+}
+/** Packages of BACKPORTS that are missing or older than their minimum (dpkg's own version order). */
+function staleBackports() {
+  return Object.keys(BACKPORTS).filter((p) => {
+    const v = installedVersion(p);
+    return !v || spawnSync('dpkg', ['--compare-versions', v, 'lt', BACKPORTS[p].min]).status === 0;
+  });
+}
+
+/** The release codename (bookworm) from /etc/os-release, undefined off Debian. */
+function codename() {
+  if (!existsSync('/etc/os-release')) return undefined;
+  return /^VERSION_CODENAME=(\S+)$/m.exec(readFileSync('/etc/os-release', 'utf8'))?.[1];
+}
+/**
+ * Adds `<codename>-backports main` beside the machine's own sources unless some source already names it,
+ * on the same mirror and with the same keyring as the release's own deb822 stanza (debian.sources), or
+ * deb.debian.org when the machine has none. Returns the suite's name.
+ */
+function ensureBackportsSource(release) {
+  const suite = `${release}-backports`;
+  const dir = '/etc/apt/sources.list.d';
+  const files = [
+    '/etc/apt/sources.list',
+    ...(existsSync(dir) ? readdirSync(dir).filter((f) => /\.(list|sources)$/.test(f)).map((f) => join(dir, f)) : []),
+  ].filter((f) => existsSync(f));
+  const active = (text) => text.split('\n').filter((l) => !l.trimStart().startsWith('#')).join('\n');
+  if (files.some((f) => new RegExp(`\\b${suite}\\b`).test(active(readFileSync(f, 'utf8'))))) return suite;
+  let mirror = 'http://deb.debian.org/debian';
+  let keyring = '/usr/share/keyrings/debian-archive-keyring.gpg';
+  for (const f of files.filter((f) => f.endsWith('.sources'))) {
+    for (const stanza of active(readFileSync(f, 'utf8')).split(/\n\s*\n/)) {
+      const field = (k) => new RegExp(`^${k}:\\s*(.+)$`, 'mi').exec(stanza)?.[1].trim();
+      if (!(field('Suites') ?? '').split(/\s+/).includes(release)) continue;
+      mirror = (field('URIs') ?? mirror).split(/\s+/)[0];
+      keyring = field('Signed-By') ?? keyring;
+    }
+  }
+  const file = join(dir, `${suite}.sources`);
+  say(`adding ${suite} (${mirror}) as ${file}`);
+  writeFileSync(file, `Types: deb\nURIs: ${mirror}\nSuites: ${suite}\nComponents: main\nSigned-By: ${keyring}\n`);
+  return suite;
+}
+
 const missing = missingDebian();
-if (missing.length) {
+const stale = staleBackports();
+const release = codename();
+if (stale.length && process.getuid?.() === 0 && release) {
+  const describe = stale.map((p) => `${p} ${installedVersion(p) ?? '(missing)'} → ≥ ${BACKPORTS[p].min} (${BACKPORTS[p].why})`);
+  const suite = ensureBackportsSource(release);
+  say(`installing from ${suite}: ${describe.join(', ')}`);
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  if (run('apt-get', ['update', '-qq'], { env }) !== 0) process.exit(1);
+  if (run('apt-get', ['install', '-y', '-qq', '--no-install-recommends', '-t', suite, ...stale], { env }) !== 0) process.exit(1);
+  const still = staleBackports();
+  if (still.length) {
+    console.error(`[setup] ${still.join(', ')} still older than Berth needs after installing from ${suite}`);
+    process.exit(1);
+  }
+} else if (stale.length) {
+  console.error(`[setup] ${stale.join(', ')} must come from backports; as root run:\n  echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/bookworm-backports.list && apt-get update && apt-get install -y -t bookworm-backports ${stale.join(' ')}`);
+}
+
+const missingNow = missing.filter((p) => !stale.includes(p));
+if (missingNow.length) {
   if (process.getuid?.() === 0) {
-    say(`installing Debian packages: ${missing.map((p) => `${p} (${DEBIAN[p]})`).join(', ')}`);
+    say(`installing Debian packages: ${missingNow.map((p) => `${p} (${DEBIAN[p]})`).join(', ')}`);
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
     if (run('apt-get', ['update', '-qq'], { env }) !== 0) process.exit(1);
-    if (run('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], { env }) !== 0) process.exit(1);
+    if (run('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missingNow], { env }) !== 0) process.exit(1);
   } else {
-    console.error(`[setup] missing Debian packages; as root run:\n  apt-get update && apt-get install -y ${missing.join(' ')}`);
+    console.error(`[setup] missing Debian packages; as root run:\n  apt-get update && apt-get install -y ${missingNow.join(' ')}`);
   }
 }
 

@@ -6,6 +6,7 @@
  */
 import type { CallOptions, ExecHandle, ExecRequest, FileEntry, FileStat, Principal } from '../core/index.js';
 import { parseCommandOutput, type ToolDefinition } from '../policy/index.js';
+import { HeadTail, streamFields } from './exec-output.js';
 import { HOME } from './gate-state.js';
 import { decodeUtf8, httpRequest } from './tools-http.js';
 
@@ -26,7 +27,10 @@ export interface SandboxAccess {
 export type ExecOutcome = { output: unknown; outputError?: undefined } | { output?: undefined; outputError: string };
 
 export interface ExecLimits {
-  /** Bytes kept of stdout and of stderr (each) and of a file read; beyond it the result is refused. */
+  /**
+   * Bytes kept of stdout and of stderr (each) and of a file read. Past it shell.exec keeps the first and
+   * last halves (truncated: true); a file read or an operator tool's output is refused.
+   */
   outputCapBytes: number;
   /** Entries of fs.list kept; beyond it the result is refused. */
   listCap: number;
@@ -106,11 +110,18 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
       };
       if (args.env) req.env = args.env as Record<string, string>;
       const handle = await sb.exec(id, req, opts);
-      const c = await capture(handle, limits.outputCapBytes);
+      // Past the cap the command runs on: its first and last parts are kept, the middle only counted.
+      const head = Math.floor(limits.outputCapBytes / 2);
+      const streams = { stdout: new HeadTail(head, limits.outputCapBytes - head), stderr: new HeadTail(head, limits.outputCapBytes - head) };
+      for await (const ev of handle) {
+        if (ev.type === 'exit') break;
+        streams[ev.type].push(ev.data);
+      }
       const exit = await handle.wait();
-      const output = { exitCode: exit.code, stdout: text(c.stdout), stderr: text(c.stderr), timedOut: exit.timedOut, truncated: c.truncated };
-      if (c.truncated) return { outputError: `output was truncated: stdout or stderr exceeded ${limits.outputCapBytes} bytes and the command was stopped` };
-      return { output };
+      const truncated = streams.stdout.omitted > 0 || streams.stderr.omitted > 0;
+      return {
+        output: { exitCode: exit.code, timedOut: exit.timedOut, truncated, ...streamFields('stdout', streams.stdout), ...streamFields('stderr', streams.stderr) },
+      };
     }
     case 'fs.read': {
       const path = args.path as string;

@@ -22,11 +22,39 @@ const PATH: JsonSchema = { type: 'string', minLength: 1, maxLength: 4096 };
 const BASE64: JsonSchema = { type: 'string', pattern: '^[A-Za-z0-9+/]*={0,2}$' };
 const STRING_MAP: JsonSchema = { type: 'object', additionalProperties: { type: 'string' } };
 
+/** The fields of one output stream of shell.exec (see engine/exec-output.ts). */
+function streamProps(name: 'stdout' | 'stderr'): Record<string, JsonSchema> {
+  return {
+    [name]: { type: 'string', description: `The ${name} text (its first part when truncated), when it is valid UTF-8.` },
+    [`${name}Tail`]: { type: 'string', description: `The last part of ${name}, when truncated.` },
+    [`${name}Base64`]: { ...BASE64, description: `${name} (its first part when truncated) as base64, when it is not valid UTF-8.` },
+    [`${name}TailBase64`]: { ...BASE64, description: `The last part of ${name} as base64, when truncated and not valid UTF-8.` },
+    [`${name}Bytes`]: { type: 'integer', minimum: 0, description: `Every byte the command wrote to ${name}.` },
+    [`${name}OmittedBytes`]: { type: 'integer', minimum: 1, description: `Bytes of ${name} left out between the first and last parts.` },
+  };
+}
+/** Exactly one of text and base64; a tail (in the same form) exactly when bytes were left out. */
+function streamRules(name: 'stdout' | 'stderr'): { oneOf: JsonSchema; dependencies: Record<string, unknown> } {
+  return {
+    oneOf: { oneOf: [{ required: [name] }, { required: [`${name}Base64`] }] },
+    dependencies: {
+      [`${name}Tail`]: [name, `${name}OmittedBytes`],
+      [`${name}TailBase64`]: [`${name}Base64`, `${name}OmittedBytes`],
+      [`${name}OmittedBytes`]: { anyOf: [{ required: [`${name}Tail`] }, { required: [`${name}TailBase64`] }] },
+    },
+  };
+}
+const OUT = streamRules('stdout');
+const ERR = streamRules('stderr');
+
 export const SHELL_EXEC = defineTool({
   name: 'shell.exec',
   description:
     'Runs a command with /bin/sh -c inside the sandbox and returns its exit code and output. ' +
-    'A non-zero exit code is reported, not raised; stdout and stderr are cut at the output cap (truncated: true).',
+    'A non-zero exit code is reported, not raised. Output past the cap does not stop the command: each stream then keeps ' +
+    'its first part (stdout) and last part (stdoutTail), with truncated: true and the count left out (stdoutOmittedBytes); ' +
+    'stdoutBytes is every byte written. Output that is not valid UTF-8 comes as base64 (stdoutBase64, stdoutTailBase64). ' +
+    'The same for stderr.',
   risk: 'write',
   executor: { kind: 'builtin', name: 'shell.exec' },
   inputSchema: {
@@ -43,14 +71,16 @@ export const SHELL_EXEC = defineTool({
   outputSchema: {
     type: 'object',
     additionalProperties: false,
-    required: ['exitCode', 'stdout', 'stderr', 'timedOut', 'truncated'],
+    required: ['exitCode', 'timedOut', 'truncated', 'stdoutBytes', 'stderrBytes'],
     properties: {
       exitCode: { type: 'integer', minimum: 0, maximum: 255 },
-      stdout: { type: 'string' },
-      stderr: { type: 'string' },
       timedOut: { type: 'boolean' },
-      truncated: { type: 'boolean' },
+      truncated: { type: 'boolean', description: 'Some output was left out (see stdoutOmittedBytes, stderrOmittedBytes).' },
+      ...streamProps('stdout'),
+      ...streamProps('stderr'),
     },
+    allOf: [OUT.oneOf, ERR.oneOf],
+    dependencies: { ...OUT.dependencies, ...ERR.dependencies },
   },
   pathArgs: ['cwd'],
 });

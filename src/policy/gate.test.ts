@@ -219,7 +219,7 @@ describe('evaluate: breaker', () => {
 
   it('trips on N identical failing calls', () => {
     let state = initialBreakerState();
-    const call = { exitCode: 1, stdout: '', stderr: 'boom', timedOut: false, truncated: false };
+    const call = { exitCode: 1, stdout: '', stderr: 'boom', timedOut: false, truncated: false, stdoutBytes: 0, stderrBytes: 4 };
     for (let i = 0; i < 3; i++) {
       const out = evaluate(input('shell.exec', { command: 'make' }, { breaker: { state, settings }, now: NOW + i }));
       expect(out.decision.effect).toBe('allow');
@@ -257,7 +257,7 @@ describe('checkResult', () => {
   const d = argsDigest('shell.exec', { command: 'ls' });
 
   it('passes valid output', () => {
-    const r = checkResult({ tool: SHELL_EXEC, argsDigest: d, output: { exitCode: 0, stdout: 'a', stderr: '', timedOut: false, truncated: false }, breaker, now: NOW });
+    const r = checkResult({ tool: SHELL_EXEC, argsDigest: d, output: { exitCode: 0, stdout: 'a', stderr: '', timedOut: false, truncated: false, stdoutBytes: 1, stderrBytes: 0 }, breaker, now: NOW });
     expect(r).toMatchObject({ ok: true, failed: false, verdict: { stage: 'result', verdict: 'pass' } });
   });
 

@@ -46,8 +46,8 @@ describe('schema checks', () => {
   });
 
   it('validates results against the output schema', () => {
-    expect(validateResult(SHELL_EXEC, { exitCode: 0, stdout: '', stderr: '', timedOut: false, truncated: false }).ok).toBe(true);
-    const bad = validateResult(SHELL_EXEC, { exitCode: 'zero', stdout: '', stderr: '', timedOut: false, truncated: false });
+    expect(validateResult(SHELL_EXEC, { exitCode: 0, stdout: '', stderr: '', timedOut: false, truncated: false, stdoutBytes: 0, stderrBytes: 0 }).ok).toBe(true);
+    const bad = validateResult(SHELL_EXEC, { exitCode: 'zero', stdout: '', stderr: '', timedOut: false, truncated: false, stdoutBytes: 0, stderrBytes: 0 });
     expect(bad.ok).toBe(false);
     if (!bad.ok) expect(bad.errors).toContain('/exitCode: must be integer');
   });

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { sha256Hex, systemClock, type BackendName, type Clock, type SandboxDriver, type SnapshotStore } from '../core/index.js';
 import { GvisorDriver } from '../drivers/gvisor/driver.js';
 import { QemuDriver } from '../drivers/qemu/driver.js';
-import { ensureRootfs } from '../drivers/image/rootfs.js';
+import { ensureRootfs, rootfsImagePath } from '../drivers/image/rootfs.js';
 import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
 import { recover, type RecoveryReport } from '../engine/recovery.js';
 import { newSecret } from '../engine/auth.js';
@@ -77,7 +77,7 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
     try {
       if (b === 'gvisor') {
         const rootfs = await ensureRootfs({ cacheDir, log });
-        const d = new GvisorDriver({ stateDir: join(dataDir, 'gvisor'), rootfs, agentPath, log });
+        const d = new GvisorDriver({ stateDir: join(dataDir, 'gvisor'), rootfs, rootfsImage: rootfsImagePath(rootfs), agentPath, log });
         await d.probe();
         drivers.gvisor = d;
       } else {

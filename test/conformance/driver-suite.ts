@@ -58,7 +58,8 @@ async function collect(src: AsyncIterable<Uint8Array>): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 /** A background loop whose count lives only in the shell's memory and is mirrored to /tmp/n. */
-const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
+// Written to a temporary file and renamed, so a reader never sees the file empty between truncate and write.
+const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 export function driverConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number } = {}): void {
@@ -225,6 +226,68 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
       await d.checkpoint(s.sandboxId, img, { leaveRunning: true });
       expect((await run(d, s.sandboxId, ['cat', '/tmp/k'])).stdout.trim()).toBe('kept');
     }, T);
+
+    it('runs coreutils on its files: ls -la /, stat, find -printf, df, ps', async () => {
+      const s = await start('coreutils');
+      await d.mkdir(s.sandboxId, '/root/t/sub', { parents: true });
+      await d.writeFile(s.sandboxId, '/root/t/f.txt', chunks(Buffer.from('hello')), { mode: 0o640 });
+      if (d.capabilities.userland !== 'full') {
+        // No coreutils: the built-in ls and the port's own stat answer for the same files.
+        expect((await run(d, s.sandboxId, ['ls', '/root/t'])).stdout.split(/\s+/).filter(Boolean).sort()).toEqual(['f.txt', 'sub']);
+        expect(await d.stat(s.sandboxId, '/root/t/f.txt')).toMatchObject({ type: 'file', size: 5 });
+        return;
+      }
+      // Each of these fails outright ("cannot statx", EINVAL) on a runsc whose statx is broken.
+      const ls = await run(d, s.sandboxId, ['ls', '-la', '/']);
+      expect({ code: ls.code, stderr: ls.stderr }).toEqual({ code: 0, stderr: '' });
+      expect(ls.stdout).toMatch(/^total \d+\n/);
+      for (const name of ['etc', 'root', 'tmp', 'usr']) expect(ls.stdout).toMatch(new RegExp(`^d[rwxstT-]{9}\\S*\\s+\\d+ \\S+ \\S+ .* ${name}$`, 'm'));
+      const st = await run(d, s.sandboxId, ['stat', '-c', '%s %a %F %U', '/root/t/f.txt']);
+      expect(st).toMatchObject({ code: 0, stdout: '5 640 regular file root\n', stderr: '' });
+      const find = await run(d, s.sandboxId, ['find', '/root/t', '-printf', '%P|%y\n']);
+      expect(find).toMatchObject({ code: 0, stderr: '' });
+      expect(find.stdout.split('\n').filter(Boolean).sort()).toEqual(['|d', 'f.txt|f', 'sub|d'].sort());
+      expect((await run(d, s.sandboxId, ['find', '/root/t', '-type', 'f', '-printf', '%s %m %p\n'])).stdout).toBe('5 640 /root/t/f.txt\n');
+      const df = await run(d, s.sandboxId, ['df', '-P', '/']);
+      expect({ code: df.code, stderr: df.stderr }).toEqual({ code: 0, stderr: '' });
+      expect(df.stdout).toMatch(/^Filesystem\s+\S+-blocks\s+Used\s+Available\s+Capacity\s+Mounted on\n\S+\s+\d+\s+\d+\s+\d+\s+\d+%\s+\/\n$/);
+      await run(d, s.sandboxId, ['sh', '-c', 'setsid sleep 321 >/dev/null 2>&1 &']);
+      const ps = await run(d, s.sandboxId, ['ps', '-eo', 'pid=,args=']);
+      expect({ code: ps.code, stderr: ps.stderr }).toEqual({ code: 0, stderr: '' });
+      expect(ps.stdout).toMatch(/^\s*\d+ sleep 321$/m);
+      expect(ps.stdout).toMatch(/^\s*\d+ ps -eo pid=,args=$/m);
+    }, T);
+
+    it('carries the toolbox: git, curl, pip, venv, make, procps, less, unzip, xz, jq, CA certificates', async () => {
+      if (d.capabilities.userland !== 'full') return; // a built-in userland has no image to carry them
+      const s = await start('toolbox');
+      const versions: Record<string, [string[], RegExp]> = {
+        git: [['git', '--version'], /^git version \d+\./],
+        curl: [['curl', '--version'], /^curl \d+\.\d+.*https/s],
+        python3: [['python3', '--version'], /^Python 3\.\d+/],
+        pip: [['pip', '--version'], /^pip \d+\.\S+ from \S+ \(python 3\.\d+\)/],
+        make: [['make', '--version'], /^GNU Make \d+\./],
+        ps: [['ps', '--version'], /procps-ng \d+\./],
+        less: [['less', '--version'], /^less \d+/],
+        unzip: [['unzip', '-v'], /^UnZip \d+\./],
+        xz: [['xz', '--version'], /^xz \(XZ Utils\) \d+\./],
+        jq: [['jq', '--version'], /^jq-1\.\d+/],
+      };
+      for (const [tool, [argv, want]] of Object.entries(versions)) {
+        const r = await run(d, s.sandboxId, argv);
+        expect({ tool, code: r.code, matches: want.test(r.stdout) }).toEqual({ tool, code: 0, matches: true });
+      }
+      const certs = await run(d, s.sandboxId, ['sh', '-c', 'grep -c "BEGIN CERTIFICATE" /etc/ssl/certs/ca-certificates.crt']);
+      expect(Number(certs.stdout)).toBeGreaterThan(50);
+      // python3-venv: a virtual environment, and ensurepip with the pip wheel Debian ships to seed one offline
+      // (installing it into the venv takes minutes under QEMU's TCG emulation, so it is not run here).
+      const venv = await run(d, s.sandboxId, ['sh', '-c', 'python3 -m venv --without-pip /root/venv && /root/venv/bin/python -c "import ensurepip, sys; print(sys.prefix, ensurepip.version())"']);
+      expect({ code: venv.code, stderr: venv.stderr }).toEqual({ code: 0, stderr: '' });
+      expect(venv.stdout).toMatch(/^\/root\/venv \d+\.\d+/);
+      // git works on the sandbox's own files: init, commit, log.
+      const git = await run(d, s.sandboxId, ['sh', '-c', 'cd /root && git init -q r && cd r && echo x > a && git add a && git -c user.name=t -c user.email=t@e commit -qm first && git log --format=%s']);
+      expect(git).toMatchObject({ code: 0, stdout: 'first\n' });
+    }, T * 3);
 
     it('destroys a machine completely, and destroy is idempotent', async () => {
       const s = await start('destroy');

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'vitest';
 import { GvisorDriver } from '../../src/drivers/gvisor/driver.js';
-import { ensureRootfs } from '../../src/drivers/image/rootfs.js';
+import { ensureRootfs, rootfsImagePath } from '../../src/drivers/image/rootfs.js';
 import { AGENT_PATH, IMAGE_CACHE, gvisorMissing, skipReason } from '../helpers/env.js';
 import { driverConformance } from './driver-suite.js';
 
@@ -13,7 +13,7 @@ if (skipReason('gVisor conformance', gvisorMissing())) {
   driverConformance('gvisor', async () => {
     const stateDir = await mkdtemp(join(tmpdir(), 'berth-gvisor-'));
     const rootfs = await ensureRootfs({ cacheDir: IMAGE_CACHE });
-    const driver = new GvisorDriver({ stateDir, rootfs, agentPath: AGENT_PATH });
+    const driver = new GvisorDriver({ stateDir, rootfs, rootfsImage: rootfsImagePath(rootfs), agentPath: AGENT_PATH });
     await driver.probe();
     return {
       driver,

@@ -24,7 +24,8 @@ async function sandboxProcesses(sessionId: string): Promise<number[]> {
   }
   return pids;
 }
-const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
+// Written to a temporary file and renamed, so a reader never sees the file empty between truncate and write.
+const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
 
 describe.skipIf(skip)('sessions over HTTP with real gVisor sandboxes', () => {
   let t: TestServer;
@@ -151,6 +152,7 @@ describe.skipIf(skip)('sessions over HTTP with real gVisor sandboxes', () => {
     const parent = await t.client.sessions.create();
     await parent.files.write('/root/shared.txt', 'prefix');
     await parent.run(['sh', '-c', COUNTER]);
+    while (!((await readN(parent)) > 0)) await sleep(50); // the loop has counted before the snapshot is taken
     const snap = await parent.snapshot({ name: 'prefix-1' });
     expect(snap.snapshotId).toMatch(/^snp_/);
     expect((await parent.refresh()).state).toBe('running');

@@ -23,13 +23,19 @@ import {
 import { AgentChannel } from '../agent/channel.js';
 import { freeze, freezerState, readStats, thaw } from './cgroup.js';
 import { Runsc } from './runsc.js';
-import { ociSpec } from './spec.js';
+import { ociSpec, type SandboxPaths } from './spec.js';
 
 export interface GvisorDriverOptions {
   /** Directory for runsc state, bundles and agent FIFOs. Required. */
   stateDir: string;
   /** The base root filesystem (see drivers/image/rootfs.ts). Required. */
   rootfs: string;
+  /**
+   * The base root filesystem as an EROFS image (drivers/image/rootfs.ts, rootfsImagePath), read by gVisor's
+   * own kernel. Default: none, the directory is read through the gofer (where runsc 0.0~20240729 fails
+   * lgetxattr on symlinks, so `ls -l` of one prints "Bad file descriptor").
+   */
+  rootfsImage?: string;
   /** Host path of the static berth-agent binary. Required. */
   agentPath: string;
   /** runsc binary. Default 'runsc'. */
@@ -50,12 +56,17 @@ interface Live {
   stopping: boolean;
 }
 
+/**
+ * Extra flags of `runsc checkpoint` and `runsc restore` (runsc ≥ 0.0~20240729), each kept only where
+ * `npm run bench -- --only checkpoint` shows it faster than runsc's default (README, Benchmarks).
+ */
+export const CHECKPOINT_FLAGS: readonly string[] = Object.freeze([]);
+export const RESTORE_FLAGS: readonly string[] = Object.freeze([]);
+
 /** Written beside a checkpoint image: what a restore must reproduce exactly. */
-interface ImageManifest {
+interface ImageManifest extends SandboxPaths {
   version: 1;
   backend: 'gvisor';
-  rootfs: string;
-  agentDir: string;
 }
 
 /**
@@ -97,6 +108,7 @@ export class GvisorDriver implements SandboxDriver {
     if (!existsSync('/sys/fs/cgroup/freezer')) throw new UnavailableError('the cgroup v1 freezer controller is not mounted');
     if (!existsSync(this.opts.agentPath)) throw new UnavailableError(`berth-agent is not built at ${this.opts.agentPath}: run \`npm run build\``);
     if (!existsSync(join(this.opts.rootfs, '.berth-complete'))) throw new UnavailableError(`base image missing at ${this.opts.rootfs}`);
+    if (this.opts.rootfsImage && !existsSync(this.opts.rootfsImage)) throw new UnavailableError(`base image missing at ${this.opts.rootfsImage}`);
   }
 
   private dir(sandboxId: string): string {
@@ -113,16 +125,19 @@ export class GvisorDriver implements SandboxDriver {
   // ---- lifecycle -------------------------------------------------------------------------------
 
   async create(spec: SandboxSpec, opts: CallOptions = {}): Promise<void> {
-    await this.start(spec, { rootfs: this.opts.rootfs, agentDir: dirname(this.opts.agentPath) }, ['run', '--detach'], opts);
+    const paths: SandboxPaths = { rootfs: this.opts.rootfs, agentDir: dirname(this.opts.agentPath) };
+    if (this.opts.rootfsImage) paths.rootfsImage = this.opts.rootfsImage;
+    await this.start(spec, paths, ['run', '--detach'], opts);
   }
 
   async restore(spec: SandboxSpec, imageDir: string, opts: CallOptions = {}): Promise<void> {
     const manifest = await readManifest(imageDir);
-    await this.start(spec, { rootfs: manifest.rootfs, agentDir: manifest.agentDir }, ['restore', '--detach', `--image-path=${imageDir}`], opts);
+    const { version: _v, backend: _b, ...paths } = manifest;
+    await this.start(spec, paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${imageDir}`], opts);
   }
 
   /** Shared by create and restore: bundle, FIFOs, `runsc run|restore`, agent handshake, identity. */
-  private async start(spec: SandboxSpec, paths: { rootfs: string; agentDir: string }, verb: string[], opts: CallOptions): Promise<void> {
+  private async start(spec: SandboxSpec, paths: SandboxPaths, verb: string[], opts: CallOptions): Promise<void> {
     const dir = this.dir(spec.sandboxId);
     await rm(dir, { recursive: true, force: true });
     await mkdir(join(dir, 'bundle'), { recursive: true });
@@ -239,13 +254,13 @@ export class GvisorDriver implements SandboxDriver {
   async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
     const entry = this.live.get(sandboxId);
     if (!entry) throw new NotFoundError('sandbox', sandboxId);
-    const paths = JSON.parse(await readFile(join(this.dir(sandboxId), 'paths.json'), 'utf8')) as { rootfs: string; agentDir: string };
+    const paths = JSON.parse(await readFile(join(this.dir(sandboxId), 'paths.json'), 'utf8')) as SandboxPaths;
     // runsc cannot checkpoint a frozen sandbox: thaw first (a paused session stays paused in the record).
     await thaw(sandboxId);
     await entry.channel.quiesce(opts);
     entry.stopping = true;
     try {
-      await this.runsc.run(['checkpoint', `--image-path=${imageDir}`, sandboxId], {
+      await this.runsc.run(['checkpoint', ...CHECKPOINT_FLAGS, `--image-path=${imageDir}`, sandboxId], {
         signal: opts.signal,
         timeoutMs: 300_000,
       });
@@ -262,7 +277,7 @@ export class GvisorDriver implements SandboxDriver {
       // the driver restores it itself, under the same id and identity: processes and memory carry on.
       const spec = JSON.parse(await readFile(join(this.dir(sandboxId), 'spec.json'), 'utf8')) as SandboxSpec;
       await this.destroy(sandboxId);
-      await this.start(spec, paths, ['restore', '--detach', `--image-path=${imageDir}`], opts);
+      await this.start(spec, paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${imageDir}`], opts);
     } else {
       // The stopped container is removed off the critical path; a later destroy() of it waits for this.
       const cleanup = this.destroy(sandboxId)
@@ -270,8 +285,10 @@ export class GvisorDriver implements SandboxDriver {
         .finally(() => this.cleanups.delete(sandboxId));
       this.cleanups.set(sandboxId, cleanup);
     }
-    const file = await stat(join(imageDir, 'checkpoint.img')).catch(() => undefined);
-    return { bytes: file?.size ?? 0 };
+    // Every file of the image: without compression runsc writes the pages beside the state (pages.img).
+    let bytes = 0;
+    for (const f of await readdir(imageDir)) bytes += (await stat(join(imageDir, f)).catch(() => undefined))?.size ?? 0;
+    return { bytes };
   }
 
   async destroy(sandboxId: string): Promise<void> {

@@ -15,7 +15,14 @@ const CAPS = [
 const CPU_PERIOD_US = 100_000;
 
 /** The OCI runtime spec (config.json) for one sandbox. */
-export function ociSpec(spec: SandboxSpec, paths: { rootfs: string; agentDir: string }): object {
+/** What a sandbox is made of on the host; `rootfsImage`, when set, is the root read from an EROFS image. */
+export interface SandboxPaths {
+  rootfs: string;
+  agentDir: string;
+  rootfsImage?: string;
+}
+
+export function ociSpec(spec: SandboxSpec, paths: SandboxPaths): object {
   const env = {
     PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
     HOME: '/root',
@@ -35,6 +42,10 @@ export function ociSpec(spec: SandboxSpec, paths: { rootfs: string; agentDir: st
       noNewPrivileges: false,
     },
     root: { path: paths.rootfs, readonly: false },
+    // runsc's rootfs annotations: the sentry reads the EROFS image itself, with the same in-memory upper layer.
+    ...(paths.rootfsImage
+      ? { annotations: { 'dev.gvisor.spec.rootfs.source': paths.rootfsImage, 'dev.gvisor.spec.rootfs.type': 'erofs', 'dev.gvisor.spec.rootfs.overlay': 'memory' } }
+      : {}),
     hostname: spec.identity.hostname,
     mounts: [
       { destination: '/proc', type: 'proc', source: 'proc' },
