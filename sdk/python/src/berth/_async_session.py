@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, List, Mapping, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, List, Mapping, Sequence
 
 from . import _requests as R
 from ._errors import BerthError, ConnectionError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
@@ -13,7 +13,7 @@ from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunR
 from ._options import DEFAULT, Timeout
 from ._session import MAX_OUTPUT_BYTES, MAX_READ_BYTES
 from ._streams import AsyncBytesSource, async_body, decode_line
-from ._transport import AsyncTransport, map_exception
+from ._transport import AsyncTransport, map_exception, seg
 
 
 class AsyncExecution:
@@ -45,10 +45,10 @@ class AsyncExecution:
         request_timeout: Timeout = None,
     ) -> AsyncExecution:
         body = R.exec_body(argv, cwd, env, timeout, stdin is not None and stdin is not False)
-        res = await t.open("POST", f"/sessions/{R.seg(session_id)}/exec", json=body, timeout=request_timeout, long=True)
+        res = await t.open("POST", f"/sessions/{seg(session_id)}/exec", json=body, timeout=request_timeout, long=True)
         what = f"exec in {session_id}"
 
-        async def lines() -> AsyncIterator[dict[str, Any]]:
+        async def lines() -> AsyncGenerator[dict[str, Any], None]:
             try:
                 async for text in res.aiter_lines():
                     if text.strip():
@@ -180,7 +180,7 @@ class AsyncFiles:
             await res.aclose()
         return FileWrite.from_wire(o)
 
-    async def stream(self, path: str, *, timeout: Timeout = DEFAULT) -> AsyncIterator[bytes]:
+    async def stream(self, path: str, *, timeout: Timeout = DEFAULT) -> AsyncGenerator[bytes, None]:
         """``async for chunk in files.stream(path)``: the file's bytes as they arrive."""
         res = await self._t.open("GET", R.files_path(self._sid), query={"path": path}, timeout=timeout, long=True)
         async for c in self._t.iter_bytes(res, f"read {path}"):

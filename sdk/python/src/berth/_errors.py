@@ -187,7 +187,8 @@ def from_wire(body: Any, status: int | None) -> BerthError:
     if isinstance(w, dict) and isinstance(w.get("code"), str) and isinstance(w.get("message"), str):
         code: str = w["code"]
         message: str = w["message"]
-        details = w.get("details") if isinstance(w.get("details"), dict) else {}
+        d = w.get("details")
+        details: dict[str, Any] = d if isinstance(d, dict) else {}
     else:
         code = _CODE_FOR_STATUS.get(status or 0, "internal")
         message = w["message"] if isinstance(w, dict) and isinstance(w.get("message"), str) else f"HTTP {status}"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Iterator, List, Mapping, Sequence
+from typing import Any, Generator, Iterator, List, Mapping, Sequence
 
 from . import _requests as R
 from ._errors import BerthError, ConnectionError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
 from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunResult, SessionInfo, SessionState, Snapshot, StdinWrite, b64decode
 from ._options import DEFAULT, Timeout
 from ._streams import BytesSource, decode_line, sync_body
-from ._transport import SyncTransport, map_exception
+from ._transport import SyncTransport, map_exception, seg
 
 #: run(): the largest combined stdout+stderr kept, bytes.
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -50,7 +50,7 @@ class Execution:
         request_timeout: Timeout = None,
     ) -> Execution:
         body = R.exec_body(argv, cwd, env, timeout, stdin is not None and stdin is not False)
-        path = f"/sessions/{R.seg(session_id)}/exec"
+        path = f"/sessions/{seg(session_id)}/exec"
         res = t.open("POST", path, json=body, timeout=request_timeout, long=True)
         what = f"exec in {session_id}"
 
@@ -202,7 +202,7 @@ class Files:
             res.close()
         return FileWrite.from_wire(o)
 
-    def stream(self, path: str, *, timeout: Timeout = DEFAULT) -> Iterator[bytes]:
+    def stream(self, path: str, *, timeout: Timeout = DEFAULT) -> Generator[bytes, None, None]:
         """The file's bytes as they arrive. The request is sent on the first ``next()``; stopping early
         cancels the transfer."""
         res = self._t.open("GET", R.files_path(self._sid), query={"path": path}, timeout=timeout, long=True)
