@@ -37,6 +37,13 @@ async def test_create_run_exec_and_stdin(aclient: berth.AsyncBerth) -> None:
         assert (await s.run(["cat"], stdin=chunks())).stdout == "async stdin"
         assert (await s.run(["cat"], stdin=io.BytesIO(b"file"))).stdout == "file"
         assert (await s.run(["sleep", "20"], timeout=0.3)).timed_out
+        async with await s.exec(["sh", "-c", "read a; echo got $a"], stdin=True) as piped:
+            assert (await piped.write_stdin("line\n", close=True)).closed
+            assert [e.text async for e in piped] == ["got line\n"]
+            assert (await piped.wait()).exit_code == 0
+        killed = await s.exec(["sleep", "30"])
+        assert await killed.kill("TERM") == 15
+        assert (await killed.wait()).signal == 15
         got = await aclient.sessions.get(s.id)
         assert got.info.metadata == {"k": "v"}
         assert s.id in [x.id for x in await aclient.sessions.list(states="running")]

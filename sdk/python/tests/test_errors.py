@@ -46,6 +46,16 @@ def test_server_answers_map_to_their_subclasses(client: berth.Berth, server: Ser
         berth.Berth(server.url, session.agent_token).tenants.create("x")
     assert (fb.value.code, fb.value.status) == ("forbidden", 403)
 
+    name = f"dup-{session.id[-6:]}"
+    client.tenants.create(name)
+    with pytest.raises(berth.ConflictError) as cf:
+        client.tenants.create(name)
+    assert (cf.value.code, cf.value.status, cf.value.field) == ("conflict", 409, "name")
+
+    with pytest.raises(berth.PayloadTooLargeError) as big:
+        client.policy.set("// " + "x" * (2 * 1024 * 1024))  # JSON bodies are capped at 1 MiB
+    assert (big.value.code, big.value.status) == ("payload_too_large", 413)
+
     session.pause()
     with pytest.raises(berth.InvalidStateError) as st:
         session.pause()
@@ -54,7 +64,7 @@ def test_server_answers_map_to_their_subclasses(client: berth.Berth, server: Ser
         session.exec(["true"])
     session.resume()
 
-    for e in (bad.value, nf.value, unauth.value, fb.value, st.value):
+    for e in (bad.value, nf.value, unauth.value, fb.value, cf.value, big.value, st.value):
         _not_httpx(e)
         assert e.message and str(e).startswith(e.code)
 

@@ -149,3 +149,11 @@ def test_argv_must_be_a_list(session: berth.Session) -> None:
     with pytest.raises(berth.InvalidArgumentError) as e:
         session.run("echo hi")  # type: ignore[arg-type]
     assert e.value.field == "argv"
+
+
+def test_a_quiet_command_keeps_its_stream_alive_with_invisible_pings(session: berth.Session) -> None:
+    # Silent for 25 s under an 18 s request_timeout: only the server's ping line (every 15 s) keeps the
+    # stream from timing out, and pings never show up as events.
+    ex = session.exec(["sh", "-c", "sleep 25; echo done"], request_timeout=18)
+    assert [e.data for e in ex] == [b"done\n"]
+    assert ex.wait().exit_code == 0

@@ -94,6 +94,8 @@ def test_plan_binds_calls_and_gate_settings_change(client: berth.Berth, session:
     assert (g.breaker.failures, g.http_allow, g.approval_ttl_s) == (5, ["example.com"], 60)
     assert client.gate.get(session.id).breaker.failures == 5
     assert client.gate.reset_breaker(session.id).breaker.open is False
+    defs = {d.name: d for d in client.tools.definitions()}
+    assert defs["fs.read"].builtin and defs["fs.read"].risk == "read" and defs["shell.exec"].input_schema
     gate = client.tools.install(session.id, ["fs.read"])
     assert gate.tools == ["fs.read"]
     assert [t.name for t in client.tools.list(session.id)] == ["fs.read"]

@@ -30,9 +30,9 @@ def test_pause_resume_hibernate_and_a_run_wakes_the_machine(client: berth.Berth,
 
 
 def test_terminate_is_terminal(client: berth.Berth) -> None:
-    s = client.sessions.create(memory_mb=256)
-    s.terminate()
-    assert s.state == "terminated"
+    with client.sessions.create(memory_mb=256) as s:
+        s.terminate()  # leaving the block after an explicit terminate is fine
+        assert s.state == "terminated"
     with pytest.raises(berth.InvalidStateError):
         s.run(["true"])
     with pytest.raises(berth.InvalidStateError):

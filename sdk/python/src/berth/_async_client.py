@@ -43,7 +43,7 @@ class AsyncBerth:
         url: str | None = None,
         token: str | None = None,
         *,
-        timeout: float | None | Any = DEFAULT,
+        timeout: Timeout = DEFAULT,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         self.options: ClientOptions = resolve_options(url, token, timeout)
@@ -61,7 +61,7 @@ class AsyncBerth:
         self.gate = AsyncGateApi(t)
 
     @classmethod
-    def from_env(cls, *, url: str | None = None, token: str | None = None, timeout: float | None | Any = DEFAULT) -> AsyncBerth:
+    def from_env(cls, *, url: str | None = None, token: str | None = None, timeout: Timeout = DEFAULT) -> AsyncBerth:
         """BERTH_URL; BERTH_TOKEN, else $BERTH_DATA/root.key (BERTH_DATA default ./.berth). Arguments win."""
         e = resolve_env()
         return cls(url or e.url, token or e.token, timeout=timeout)

@@ -303,7 +303,9 @@ class AsyncSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self.state == "terminated":
+            return
         try:
             await self.terminate()
-        except NotFoundError:
+        except (NotFoundError, InvalidStateError):
             pass

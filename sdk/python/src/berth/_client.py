@@ -42,7 +42,7 @@ class Berth:
         url: str | None = None,
         token: str | None = None,
         *,
-        timeout: float | None | Any = DEFAULT,
+        timeout: Timeout = DEFAULT,
         http_client: httpx.Client | None = None,
     ) -> None:
         self.options: ClientOptions = resolve_options(url, token, timeout)
@@ -60,7 +60,7 @@ class Berth:
         self.gate = GateApi(t)
 
     @classmethod
-    def from_env(cls, *, url: str | None = None, token: str | None = None, timeout: float | None | Any = DEFAULT) -> Berth:
+    def from_env(cls, *, url: str | None = None, token: str | None = None, timeout: Timeout = DEFAULT) -> Berth:
         """BERTH_URL; BERTH_TOKEN, else $BERTH_DATA/root.key (BERTH_DATA default ./.berth). Arguments win."""
         e = resolve_env()
         return cls(url or e.url, token or e.token, timeout=timeout)

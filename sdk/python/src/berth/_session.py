@@ -338,7 +338,9 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.state == "terminated":
+            return
         try:
             self.terminate()
-        except NotFoundError:
+        except (NotFoundError, InvalidStateError):
             pass
