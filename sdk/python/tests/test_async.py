@@ -145,15 +145,15 @@ async def test_errors_are_the_same_classes(aclient: berth.AsyncBerth, server: Se
 
 async def test_cancelling_a_task_kills_its_command(aclient: berth.AsyncBerth) -> None:
     async with await aclient.sessions.create(memory_mb=256) as s:
-        task = asyncio.create_task(s.run(["sh", "-c", "sleep 2; echo late > /root/late"]))
+        task = asyncio.create_task(s.run(["sh", "-c", "sleep 3; echo late > /root/late"]))
         await asyncio.sleep(0.7)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         # asyncio.wait_for's deadline is a cancellation too.
         with pytest.raises(builtins.TimeoutError):
-            await asyncio.wait_for(s.run(["sh", "-c", "sleep 2; echo late > /root/late2"]), 0.7)
-        await asyncio.sleep(3)
+            await asyncio.wait_for(s.run(["sh", "-c", "sleep 3; echo late > /root/late2"]), 0.7)
+        await asyncio.sleep(4)
         assert not await s.files.exists("/root/late")
         assert not await s.files.exists("/root/late2")
         assert (await s.run(["echo", "usable"])).stdout == "usable\n"

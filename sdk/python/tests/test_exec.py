@@ -127,14 +127,14 @@ def test_leaving_the_loop_early_kills_the_command(session: berth.Session) -> Non
 
 
 def test_keyboard_interrupt_in_the_loop_kills_the_command_and_leaves_no_half_state(session: berth.Session) -> None:
-    # The command would write /tmp/late after 2 s; a Ctrl-C while reading its output must stop it.
-    ex = session.exec(["sh", "-c", "echo go; sleep 2; echo late > /tmp/late"])  # held: no help from the GC
+    # The command would write /tmp/late after 3 s; a Ctrl-C while reading its output must stop it.
+    ex = session.exec(["sh", "-c", "echo go; sleep 3; echo late > /tmp/late"])  # held: no help from the GC
     with pytest.raises(KeyboardInterrupt):
         for _ in ex:
             raise KeyboardInterrupt
     with pytest.raises(berth.OperationCancelled):
         ex.wait()
-    time.sleep(3)
+    time.sleep(4)
     assert not session.files.exists("/tmp/late")
     assert session.run(["echo", "still usable"]).stdout == "still usable\n"
 
