@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,12 +75,39 @@ def _start_server() -> Server:
     return Server(url=found["url"], root_key=root_key, data_dir=data_dir, proc=proc, log=log)
 
 
+def _sandbox_pids(data_dir: Path) -> dict[int, str]:
+    """Host processes (runsc sandboxes and gofers) started under this server's data directory."""
+    out: dict[int, str] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if str(data_dir) in cmd and "runsc" in cmd:
+            out[int(p.name)] = cmd
+    return out
+
+
 def _stop_server(s: Server) -> None:
+    leaked: dict[int, str] = {}
+    why: list[str] = []
     try:
         with berth.Berth(s.url, s.root_key, timeout=30) as b:
             live = b.sessions.list(states=["creating", "running", "paused", "hibernating", "hibernated", "waking", "failed"])
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(lambda x: _quiet(x.terminate), live))
+            # Every session is terminated now: a runsc process still there is a sandbox the server lost.
+            end = time.monotonic() + 10
+            while (leaked := _sandbox_pids(s.data_dir)) and time.monotonic() < end:
+                time.sleep(0.2)
+            for sid in sorted({m.group(1) for c in leaked.values() if (m := re.search(r"sandboxes/(ses_[a-z0-9]+)", c))}):
+                try:
+                    i = b.sessions.get(sid).info
+                    why.append(f"{sid}: {i.state} objective={i.objective!r} metadata={i.metadata} parent={i.parent_snapshot_id} created={i.created_at:%H:%M:%S}")
+                except berth.BerthError as e:
+                    why.append(f"{sid}: {e}")
     finally:
         if s.proc.poll() is None:
             s.proc.send_signal(signal.SIGTERM)
@@ -87,7 +116,16 @@ def _stop_server(s: Server) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(s.proc.pid, signal.SIGKILL)
                 s.proc.wait()
+        for pid in set(leaked) | set(_sandbox_pids(s.data_dir)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(s.data_dir, ignore_errors=True)
+    if leaked:
+        # A server-side bug, not the SDK's (reported with issue 14): a terminated fork branch's runsc
+        # process sometimes stays. They are killed above so no test run leaves sandboxes behind.
+        warnings.warn("sandboxes outlived their terminated sessions (killed): " + "; ".join(why or [c[:200] for c in leaked.values()]))
 
 
 def _quiet(f: object) -> None:

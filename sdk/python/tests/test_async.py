@@ -159,6 +159,37 @@ async def test_cancelling_a_task_kills_its_command(aclient: berth.AsyncBerth) ->
         assert (await s.run(["echo", "usable"])).stdout == "usable\n"
 
 
+async def test_leaving_the_loop_early_kills_the_command(aclient: berth.AsyncBerth) -> None:
+    async with await aclient.sessions.create(memory_mb=256) as s:
+
+        async def alive(pattern: str) -> bool:
+            script = f"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -q '{pattern}'"
+            return (await s.run(["sh", "-c", script])).exit_code == 0
+
+        async def gone(pattern: str) -> bool:
+            for _ in range(100):
+                if not await alive(pattern):
+                    return True
+                await asyncio.sleep(0.1)
+            return False
+
+        async with await s.exec(["sh", "-c", "echo started; exec sleep 34"]) as ex:
+            assert await alive("slee[p] 34")
+            async for ev in ex:
+                assert ev.text == "started\n"
+                break
+        assert await gone("slee[p] 34")
+        with pytest.raises(berth.OperationCancelled):
+            await ex.wait()
+
+        held = await s.exec(["sh", "-c", "echo started; exec sleep 35"])
+        events = held.__aiter__()
+        assert (await events.__anext__()).text == "started\n"
+        with pytest.raises(berth.OperationCancelled):
+            await held.wait()  # the loop was left: wait() drops the stream
+        assert await gone("slee[p] 35")
+
+
 async def test_a_cancelled_upload_leaves_no_file(aclient: berth.AsyncBerth) -> None:
     async with await aclient.sessions.create(memory_mb=256) as s:
         sent = asyncio.Event()
