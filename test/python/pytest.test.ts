@@ -78,6 +78,8 @@ describe.skipIf(skip)('the Python SDK', () => {
     const r = await run(venvPython, ['-m', 'pytest', 'sdk/python/tests', '-q', '-p', 'no:cacheprovider', '--durations=5'], { cwd: REPO, env, timeoutMs: 1_500_000 });
     const summary = r.out.trim().split('\n').at(-1) ?? '';
     console.log(`pytest: ${summary}`);
+    const warnings = /=+ warnings summary =+\n([\s\S]*?)\n-- Docs/.exec(r.out);
+    if (warnings) console.warn(`pytest warnings:\n${warnings[1]}`);
     expect(r.status, `pytest failed (exit ${r.status}):\n${r.out}`).toBe(0);
     expect(summary, `pytest skipped tests:\n${r.out}`).not.toMatch(/skipped|deselected/);
     expect(summary).toMatch(/^=*\s*\d+ passed/);
