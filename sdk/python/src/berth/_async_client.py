@@ -1,0 +1,269 @@
+"""The async client: the sync client's API with ``await`` (asyncio). ``AsyncBerth(url, token)`` or
+``AsyncBerth.from_env()``; the same ``timeout=`` rules. A task cancelled mid-call drops its connection, and
+the CancelledError propagates unchanged."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, List, Mapping, Sequence
+
+import httpx
+
+from . import _requests as R
+from ._models import (
+    Approval,
+    AuditEntry,
+    AuditVerification,
+    CallResult,
+    CreatedTenant,
+    Gate,
+    Health,
+    Plan,
+    Policy,
+    Snapshot,
+    Tenant,
+    Tool,
+    ToolDefinition,
+)
+from ._options import DEFAULT, ClientOptions, Timeout, resolve_env, resolve_options
+from ._async_session import AsyncSession
+from ._transport import AsyncTransport
+
+
+class AsyncBerth:
+    """A Berth server for asyncio code; use it from one event loop. Options as :class:`berth.Berth`.
+
+    ``url``: default http://127.0.0.1:7070. ``token``: the root key, a tenant API key or a session's agent
+    token; without one every call but ``health`` raises UnauthenticatedError. ``timeout``: seconds a short
+    call may go without progress, default 120, None for no limit; streams and the verbs that move machines
+    (create, hibernate, wake, snapshot, fork, terminate, approve, tool calls) have no default limit, and
+    any call takes its own ``timeout=``. ``http_client``: an httpx.AsyncClient to use (not closed by aclose())."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: Timeout = DEFAULT,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.options: ClientOptions = resolve_options(url, token, timeout)
+        t = AsyncTransport(self.options, http_client)
+        self._t = t
+        self.sessions = AsyncSessionsApi(t)
+        self.snapshots = AsyncSnapshotsApi(t)
+        self.tenants = AsyncTenantsApi(t)
+        self.audit = AsyncAuditApi(t)
+        #: The tool gate: tools and calls (agent tokens too), approvals, policy, plans, gate settings.
+        self.tools = AsyncToolsApi(t)
+        self.approvals = AsyncApprovalsApi(t)
+        self.policy = AsyncPolicyApi(t)
+        self.plans = AsyncPlansApi(t)
+        self.gate = AsyncGateApi(t)
+
+    @classmethod
+    def from_env(cls, *, url: str | None = None, token: str | None = None, timeout: Timeout = DEFAULT) -> AsyncBerth:
+        """BERTH_URL; BERTH_TOKEN, else $BERTH_DATA/root.key (BERTH_DATA default ./.berth). Arguments win."""
+        e = resolve_env()
+        return cls(url or e.url, token or e.token, timeout=timeout)
+
+    async def health(self, *, timeout: Timeout = DEFAULT) -> Health:
+        """GET /healthz (no token needed)."""
+        return await self._t.call(R.health(), timeout)
+
+    async def aclose(self) -> None:
+        await self._t.aclose()
+
+    async def __aenter__(self) -> AsyncBerth:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncSessionsApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def create(
+        self,
+        *,
+        objective: str | None = None,
+        memory_mb: int | None = None,
+        cpus: float | None = None,
+        idle_timeout_s: int | None = None,
+        env: Mapping[str, str] | None = None,
+        backend: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        tenant_id: str | None = None,
+        timeout: Timeout = DEFAULT,
+    ) -> AsyncSession:
+        """Starts a machine and returns once it runs; the handle carries the agent token.
+
+        ``memory_mb`` 64..16384 (default 512), ``cpus`` 0.1..64 (default 1), ``idle_timeout_s`` seconds
+        idle before it hibernates (0 = never, the default), ``env`` for every command, ``backend``
+        "gvisor" (default) or "qemu", ``metadata`` string labels, ``tenant_id`` (root only)."""
+        req = R.create_session(
+            objective=objective,
+            memory_mb=memory_mb,
+            cpus=cpus,
+            idle_timeout_s=idle_timeout_s,
+            env=env,
+            backend=backend,
+            metadata=metadata,
+            tenant_id=tenant_id,
+        )
+        return AsyncSession(self._t, await self._t.call(req, timeout))
+
+    async def get(self, session_id: str, *, timeout: Timeout = DEFAULT) -> AsyncSession:
+        return AsyncSession(self._t, await self._t.call(R.get_session(session_id), timeout))
+
+    async def list(self, *, states: Iterable[str] | str | None = None, timeout: Timeout = DEFAULT) -> List[AsyncSession]:
+        """The caller's sessions, optionally only those in ``states`` (e.g. ["running", "paused"])."""
+        return [AsyncSession(self._t, v) for v in await self._t.call(R.list_sessions(states), timeout)]
+
+
+class AsyncSnapshotsApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def get(self, snapshot_id: str, *, timeout: Timeout = DEFAULT) -> Snapshot:
+        return await self._t.call(R.get_snapshot(snapshot_id), timeout)
+
+    async def list(self, *, session_id: str | None = None, timeout: Timeout = DEFAULT) -> List[Snapshot]:
+        return await self._t.call(R.list_snapshots(session_id), timeout)
+
+    async def delete(self, snapshot_id: str, *, timeout: Timeout = DEFAULT) -> None:
+        await self._t.call(R.delete_snapshot(snapshot_id), timeout)
+
+    async def fork(self, snapshot_id: str, count: int | None = None, *, timeout: Timeout = DEFAULT) -> List[AsyncSession]:
+        """Starts ``count`` (1..64, default 1) independent branches of a snapshot, each with its agent token."""
+        return [AsyncSession(self._t, v) for v in await self._t.call(R.fork(snapshot_id, count), timeout)]
+
+
+class AsyncTenantsApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def create(self, name: str, *, timeout: Timeout = DEFAULT) -> CreatedTenant:
+        """Root only. The API key in the result is shown once."""
+        return await self._t.call(R.create_tenant(name), timeout)
+
+    async def list(self, *, timeout: Timeout = DEFAULT) -> List[Tenant]:
+        return await self._t.call(R.list_tenants(), timeout)
+
+
+class AsyncAuditApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def query(
+        self, *, session_id: str | None = None, after_seq: int | None = None, limit: int | None = None, timeout: Timeout = DEFAULT
+    ) -> List[AuditEntry]:
+        return await self._t.call(R.audit_query(session_id, after_seq, limit), timeout)
+
+    async def verify(self, *, timeout: Timeout = DEFAULT) -> AuditVerification:
+        """Checks the hash chain (root only)."""
+        return await self._t.call(R.audit_verify(), timeout)
+
+
+class AsyncToolsApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def list(self, session_id: str, *, timeout: Timeout = DEFAULT) -> List[Tool]:
+        """The tools the session has (an agent token sees only what it may call)."""
+        return await self._t.call(R.list_tools(session_id), timeout)
+
+    async def call(
+        self, session_id: str, tool: str, args: Mapping[str, Any] | None = None, *, step: str | None = None, check: bool = True, timeout: Timeout = DEFAULT
+    ) -> CallResult:
+        """Calls a tool through the gate. With ``check`` (the default) a deny raises DeniedError (``stage``,
+        ``code``, ``reason``) and a parked call raises ApprovalPending (``approval_id``); with
+        ``check=False`` every decision comes back as the CallResult."""
+        return await self._t.call(R.call_tool(session_id, tool, args, step, check), timeout)
+
+    async def define(self, definition: Mapping[str, Any], *, tenant_id: str | None = None, timeout: Timeout = DEFAULT) -> ToolDefinition:
+        """Adds or replaces an operator tool of the tenant (the wire's definition object)."""
+        return await self._t.call(R.define_tool(definition, tenant_id), timeout)
+
+    async def definitions(self, *, tenant_id: str | None = None, timeout: Timeout = DEFAULT) -> List[ToolDefinition]:
+        return await self._t.call(R.tool_definitions(tenant_id), timeout)
+
+    async def install(self, session_id: str, tools: Sequence[str], *, timeout: Timeout = DEFAULT) -> Gate:
+        """Chooses which tools a session has (default: every built-in)."""
+        return await self._t.call(R.install_tools(session_id, tools), timeout)
+
+
+class AsyncApprovalsApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def list(self, *, states: Iterable[str] | str | None = None, session_id: str | None = None, timeout: Timeout = DEFAULT) -> List[Approval]:
+        return await self._t.call(R.list_approvals(states, session_id), timeout)
+
+    async def get(self, session_id: str, approval_id: str, *, timeout: Timeout = DEFAULT) -> Approval:
+        """Status and, once run, result of one approval of a session (agent tokens may ask about their own)."""
+        return await self._t.call(R.get_approval(session_id, approval_id), timeout)
+
+    async def approve(self, approval_id: str, *, timeout: Timeout = DEFAULT) -> Approval:
+        """Approves and runs the parked call at once; the returned approval holds its result."""
+        return await self._t.call(R.approve(approval_id), timeout)
+
+    async def deny(self, approval_id: str, reason: str, *, timeout: Timeout = DEFAULT) -> Approval:
+        return await self._t.call(R.deny(approval_id, reason), timeout)
+
+
+class AsyncPolicyApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def get(self, *, tenant_id: str | None = None, timeout: Timeout = DEFAULT) -> Policy:
+        return await self._t.call(R.get_policy(tenant_id), timeout)
+
+    async def set(self, text: str, *, tenant_id: str | None = None, timeout: Timeout = DEFAULT) -> Policy:
+        """Replaces the tenant's Cedar policy; one that does not validate raises InvalidArgumentError and changes nothing."""
+        return await self._t.call(R.set_policy(text, tenant_id), timeout)
+
+
+class AsyncPlansApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def get(self, session_id: str, *, timeout: Timeout = DEFAULT) -> Plan:
+        return await self._t.call(R.get_plan(session_id), timeout)
+
+    async def set(self, session_id: str, objective: str, steps: Sequence[Mapping[str, Any]], *, timeout: Timeout = DEFAULT) -> Plan:
+        """Binds the session to a plan, replacing any other. ``steps``: ``{id, tool, arguments, repeatable?}``
+        where ``arguments`` is a JSON Schema the call's arguments must match."""
+        return await self._t.call(R.set_plan(session_id, objective, steps), timeout)
+
+    async def clear(self, session_id: str, *, timeout: Timeout = DEFAULT) -> Plan:
+        return await self._t.call(R.clear_plan(session_id), timeout)
+
+
+class AsyncGateApi:
+    def __init__(self, t: AsyncTransport) -> None:
+        self._t = t
+
+    async def get(self, session_id: str, *, timeout: Timeout = DEFAULT) -> Gate:
+        return await self._t.call(R.get_gate(session_id), timeout)
+
+    async def set(
+        self,
+        session_id: str,
+        *,
+        breaker_failures: int | None = None,
+        breaker_per_minute: int | None = None,
+        http_allow: Sequence[str] | None = None,
+        approval_ttl_s: int | None = None,
+        timeout: Timeout = DEFAULT,
+    ) -> Gate:
+        """Changes the given settings; the others keep their value."""
+        req = R.set_gate(
+            session_id, breaker_failures=breaker_failures, breaker_per_minute=breaker_per_minute, http_allow=http_allow, approval_ttl_s=approval_ttl_s
+        )
+        return await self._t.call(req, timeout)
+
+    async def reset_breaker(self, session_id: str, *, timeout: Timeout = DEFAULT) -> Gate:
+        """Closes a tripped breaker and resumes the session it paused."""
+        return await self._t.call(R.reset_breaker(session_id), timeout)
