@@ -209,7 +209,19 @@ export class SqliteAuditLog implements AuditLog {
       s: q('session_id = @sessionId AND'),
       ts: q('tenant_id = @tenantId AND session_id = @sessionId AND'),
     };
-    this.#appendTx = db.transaction((p: PreparedInput) => this.#appendInTx(p)).immediate;
+    // BEGIN/SAVEPOINT by exec(), not db.transaction(): see KEPT_STATEMENTS in sqlite.ts.
+    this.#appendTx = (p: PreparedInput) => {
+      const nested = db.inTransaction;
+      db.exec(nested ? 'SAVEPOINT berth_append' : 'BEGIN IMMEDIATE');
+      try {
+        const entry = this.#appendInTx(p);
+        db.exec(nested ? 'RELEASE berth_append' : 'COMMIT');
+        return entry;
+      } catch (e) {
+        if (db.inTransaction) db.exec(nested ? 'ROLLBACK TO berth_append; RELEASE berth_append' : 'ROLLBACK');
+        throw e;
+      }
+    };
     this.#known = this.head();
     this.#openAnchor();
   }
