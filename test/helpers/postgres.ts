@@ -46,9 +46,6 @@ export interface PgCluster {
   newDatabase(): Promise<string>;
   /** Stops the server (fast shutdown) and removes its directory. Idempotent. */
   stop(): Promise<void>;
-  /** Kills the server at once (SIGKILL to the postmaster, as a crash would), leaving its directory to restart(). */
-  crash(): Promise<void>;
-  restart(): Promise<void>;
 }
 
 let dbCounter = 0;
@@ -62,8 +59,7 @@ export async function startPostgres(): Promise<PgCluster> {
   const port = await freePort();
   const opts = `-c listen_addresses=127.0.0.1 -p ${port} -k ${dir} -c fsync=on -c synchronous_commit=on`;
   await asPostgres('initdb', ['-D', data, '-U', USER, '-A', 'trust', '--no-sync', '-E', 'UTF8', '--locale=C']);
-  const start = () => asPostgres('pg_ctl', ['-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', '-t', '60', 'start']);
-  await start();
+  await asPostgres('pg_ctl', ['-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', '-t', '60', 'start']);
   let stopped = false;
   const adminUrl = `postgres://${USER}@127.0.0.1:${port}/postgres`;
   const cleanup = () => {
@@ -84,15 +80,6 @@ export async function startPostgres(): Promise<PgCluster> {
         await c.end();
       }
       return `postgres://${USER}@127.0.0.1:${port}/${name}`;
-    },
-    async crash() {
-      const pid = Number((await run('head', ['-1', join(data, 'postmaster.pid')])).stdout.trim());
-      process.kill(pid, 'SIGKILL');
-      // The children notice the postmaster is gone; wait until the port is free for the restart.
-      for (let i = 0; i < 100 && spawnSync('kill', ['-0', String(pid)]).status === 0; i++) await new Promise((r) => setTimeout(r, 50));
-    },
-    async restart() {
-      await start();
     },
     async stop() {
       if (stopped) return;
