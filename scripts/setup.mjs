@@ -29,6 +29,7 @@ const DEBIAN = {
   gcc: 'compiles the in-sandbox agent',
   'libc6-dev': 'static libc for the agent',
   'python3-httpx': 'the Python SDK (sdk/python)', 'python3-setuptools': 'builds it offline', 'python3-venv': 'its install test', 'python3-pytest': 'its tests', 'python3-pytest-asyncio': 'its async tests', 'python3-mypy': 'its type check',
+  'postgresql-15': 'PostgreSQL, the second store (berth serve --database postgres://…; its tests start a private cluster)',
 };
 
 function run(cmd, args, opts = {}) {

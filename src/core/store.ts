@@ -21,9 +21,19 @@ export interface SessionFilter {
   states?: readonly SessionState[];
 }
 
+/**
+ * For a read-modify-write inside transaction(): `forUpdate` holds the row until the transaction ends, so a
+ * second writer (another connection, another host) waits instead of overwriting the change (PostgreSQL:
+ * SELECT … FOR UPDATE). SQLite has one writer at a time, so there it changes nothing. Outside a
+ * transaction it has no effect.
+ */
+export interface ReadOptions {
+  forUpdate?: boolean;
+}
+
 export interface SessionRepo {
   insert(r: SessionRecord): Promise<void>;
-  get(id: string): Promise<SessionRecord | undefined>;
+  get(id: string, opts?: ReadOptions): Promise<SessionRecord | undefined>;
   list(filter?: SessionFilter): Promise<SessionRecord[]>;
   /** Replaces the record (matched by id). Throws NotFoundError when absent. */
   put(r: SessionRecord): Promise<void>;
@@ -57,7 +67,7 @@ export interface ToolRepo {
 }
 
 export interface SessionGateRepo {
-  get(sessionId: string): Promise<SessionGateRecord | undefined>;
+  get(sessionId: string, opts?: ReadOptions): Promise<SessionGateRecord | undefined>;
   /** Inserts or replaces the session's row. */
   put(r: SessionGateRecord): Promise<void>;
 }
@@ -76,7 +86,7 @@ export interface ApprovalFilter {
 
 export interface ApprovalRepo {
   insert(r: ApprovalRecord): Promise<void>;
-  get(id: string): Promise<ApprovalRecord | undefined>;
+  get(id: string, opts?: ReadOptions): Promise<ApprovalRecord | undefined>;
   /** Replaces the record (matched by id). Throws NotFoundError when absent. */
   put(r: ApprovalRecord): Promise<void>;
   /** Oldest first. */

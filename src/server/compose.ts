@@ -2,21 +2,27 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { sha256Hex, systemClock, type BackendName, type Clock, type SandboxDriver, type SnapshotStore } from '../core/index.js';
+import { sha256Hex, systemClock, type AuditLog, type BackendName, type Clock, type SandboxDriver, type SnapshotStore, type Store } from '../core/index.js';
 import { GvisorDriver } from '../drivers/gvisor/driver.js';
 import { QemuDriver } from '../drivers/qemu/driver.js';
 import { ensureRootfs, rootfsImagePath } from '../drivers/image/rootfs.js';
 import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
 import { recover, type RecoveryReport } from '../engine/recovery.js';
 import { newSecret } from '../engine/auth.js';
-import { openSqliteStore, type SqliteStore } from '../store/sqlite.js';
-import { verifyAudit } from '../store/audit.js';
+import { openSqliteStore } from '../store/sqlite.js';
+import { verifyAudit, type VerifiableAuditLog } from '../store/audit.js';
+import { openPostgresStore, redact } from '../store/postgres/store.js';
 import { LocalSnapshotStore } from '../store/snapshot-dir.js';
 import type { Engine } from '../engine/api.js';
 
 export interface BerthOptions {
   /** Data directory (SQLite file, snapshots, sandbox state, root.key). Required. */
   dataDir: string;
+  /**
+   * A PostgreSQL URL (`postgres://…`) to keep records and the audit log in, instead of `<dataDir>/berth.db`.
+   * The audit head anchor stays in `<dataDir>/audit-head`. Default: the embedded SQLite store.
+   */
+  database?: string;
   /** Where built images are cached. Default `<dataDir>/images`. */
   imageCacheDir?: string;
   /** Backends to start. Default ['gvisor', 'qemu'] (a backend that cannot start is reported, not fatal). */
@@ -65,8 +71,10 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   const key = await rootKey(dataDir);
   const clock = opts.clock ?? systemClock;
-  const dbPath = join(dataDir, 'berth.db');
-  const store = openSqliteStore({ path: dbPath, clock });
+  const store: EngineStore = opts.database
+    ? await openPostgresStore({ url: opts.database, clock, anchorPath: join(dataDir, 'audit-head') })
+    : openSqliteStore({ path: join(dataDir, 'berth.db'), clock });
+  log(opts.database ? `store: PostgreSQL ${redact(opts.database)}` : `store: SQLite ${join(dataDir, 'berth.db')}`);
   const snapshots = new LocalSnapshotStore(join(dataDir, 'snapshots'));
   const cacheDir = opts.imageCacheDir ?? join(dataDir, 'images');
   const agentPath = join(packageRoot(), 'dist', 'agent', 'berth-agent');
@@ -94,10 +102,13 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   return composeEngine({ dataDir, store, snapshots, drivers, unavailable, rootKey: key, clock, defaults: opts.defaults, idleSweepMs: opts.idleSweepMs, log });
 }
 
+/** A store of either kind with its audit log (SqliteStore, PostgresStore). */
+export type EngineStore = Store & { readonly audit: AuditLog & VerifiableAuditLog };
+
 /** What composeEngine wires together: everything createBerth opens, already open. */
 export interface EngineParts {
   dataDir: string;
-  store: SqliteStore;
+  store: EngineStore;
   snapshots: SnapshotStore;
   drivers: Partial<Record<BackendName, SandboxDriver>>;
   /** Why a configured backend is missing (shown by /healthz). */

@@ -4,6 +4,7 @@
  *   --port N      (default 7070; 0 = any free port)
  *   --host ADDR   (default 127.0.0.1)
  *   --data DIR    (else $BERTH_DATA, else ./.berth)
+ *   --database URL  (else $BERTH_DATABASE, else the SQLite file <data>/berth.db): postgres://user@host:port/db
  *   $BERTH_LOG_LEVEL  debug | info | warn | error (default info)
  */
 import { join, resolve } from 'node:path';
@@ -21,20 +22,22 @@ export interface ServeOptions {
   /** Where built images are cached: --image-cache, else BERTH_IMAGE_CACHE, else <dataDir>/images. */
   imageCacheDir: string;
   logLevel: LogLevel;
+  /** A postgres:// URL; undefined = the embedded SQLite store. */
+  database?: string;
 }
 
-export const SERVE_USAGE = 'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR] [--image-cache DIR]';
+export const SERVE_USAGE = 'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR] [--image-cache DIR] [--database postgres://…]';
 
 function usage(message: string): InvalidArgumentError {
   return new InvalidArgumentError(message, { details: { usage: SERVE_USAGE } });
 }
 
 export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: string): ServeOptions {
-  let values: { port?: string; host?: string; data?: string; 'image-cache'?: string };
+  let values: { port?: string; host?: string; data?: string; 'image-cache'?: string; database?: string };
   try {
     ({ values } = parseArgs({
       args: argv,
-      options: { port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' }, 'image-cache': { type: 'string' } },
+      options: { port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' }, 'image-cache': { type: 'string' }, database: { type: 'string' } },
       allowPositionals: false,
       strict: true,
     }));
@@ -49,14 +52,18 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
   if (!LOG_LEVELS.includes(level)) throw usage(`BERTH_LOG_LEVEL: must be one of ${LOG_LEVELS.join(', ')}`);
   const dataDir = resolve(cwd, values.data ?? env.BERTH_DATA ?? './.berth');
   const cache = values['image-cache'] ?? env.BERTH_IMAGE_CACHE;
-  return { port, host, dataDir, imageCacheDir: cache ? resolve(cwd, cache) : join(dataDir, 'images'), logLevel: level };
+  const database = values.database ?? (env.BERTH_DATABASE || undefined);
+  if (database !== undefined && !/^postgres(ql)?:\/\/./.test(database)) {
+    throw usage(`--database: must be a postgres:// or postgresql:// URL (without it Berth uses <data>/berth.db)`);
+  }
+  return { port, host, dataDir, imageCacheDir: cache ? resolve(cwd, cache) : join(dataDir, 'images'), logLevel: level, ...(database ? { database } : {}) };
 }
 
 /** Runs until SIGINT or SIGTERM, then closes gracefully. A second signal exits at once. */
 export async function serveMain(argv: string[]): Promise<void> {
   const opts = parseServeArgs(argv, process.env, process.cwd());
   const log: Logger = createJsonLogger({ level: opts.logLevel, write: (l) => void process.stdout.write(l) });
-  const berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, log: (line: string) => log.info(line) });
+  const berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line) });
   let server: RunningServer;
   try {
     server = await startServer({ app: createApp({ engine: berth.engine, log }), host: opts.host, port: opts.port, log });

@@ -61,6 +61,12 @@ describe('serve options', () => {
     expect(parseServeArgs([], { BERTH_DATA: 'd' }, '/w').dataDir).toBe('/w/d');
     expect(parseServeArgs(['--data', '/x', '--port', '0', '--host', '0.0.0.0'], { BERTH_DATA: 'd' }, '/w')).toMatchObject({ dataDir: '/x', port: 0, host: '0.0.0.0' });
   });
+  it('--database > BERTH_DATABASE > the SQLite file; only postgres URLs', () => {
+    expect(parseServeArgs([], { BERTH_DATABASE: 'postgres://e@h/db' }, '/w').database).toBe('postgres://e@h/db');
+    expect(parseServeArgs(['--database', 'postgresql://f@h/db'], { BERTH_DATABASE: 'postgres://e@h/db' }, '/w').database).toBe('postgresql://f@h/db');
+    expect(parseServeArgs([], { BERTH_DATABASE: '' }, '/w').database).toBeUndefined();
+    expect(() => parseServeArgs(['--database', '/tmp/x.db'], {}, '/w')).toThrow(expect.objectContaining({ code: 'invalid_argument' }));
+  });
   it('bad flags are usage errors', () => {
     for (const argv of [['--port', 'x'], ['--port', '99999'], ['--nope'], ['extra'], ['--host', '']]) {
       let e: AppError | undefined;

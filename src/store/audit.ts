@@ -66,13 +66,13 @@ export function readAnchor(path: string): AnchorRead {
  * Atomic replace. No fsync, on purpose: the database commit before it was fsynced (synchronous=FULL), so
  * after a power loss the anchor can only lag the database, which verifyAudit accepts ('behind').
  */
-function writeAnchor(path: string, a: AuditAnchor): void {
+export function writeAnchor(path: string, a: AuditAnchor): void {
   const tmp = `${path}.${process.pid}.tmp`;
   writeFileSync(tmp, `{"seq":${a.seq},"hash":"${a.hash}"}\n`);
   renameSync(tmp, path);
 }
 
-interface AuditRow {
+export interface AuditRow {
   seq: number;
   ts: number;
   tenant_id: string | null;
@@ -85,7 +85,7 @@ interface AuditRow {
   hash: string;
 }
 
-const COLUMNS = 'seq, ts, tenant_id, session_id, principal, action, outcome, data, prev_hash, hash';
+export const COLUMNS = 'seq, ts, tenant_id, session_id, principal, action, outcome, data, prev_hash, hash';
 
 function parseColumn(raw: unknown): unknown {
   if (typeof raw === 'string') {
@@ -98,7 +98,7 @@ function parseColumn(raw: unknown): unknown {
   return { [UNREADABLE]: raw };
 }
 
-function decodeEntry(row: AuditRow): AuditEntry {
+export function decodeEntry(row: AuditRow): AuditEntry {
   return {
     seq: row.seq,
     ts: row.ts,
@@ -113,7 +113,7 @@ function decodeEntry(row: AuditRow): AuditEntry {
   };
 }
 
-interface PreparedInput {
+export interface PreparedInput {
   input: AuditInput;
   tenantId: string | null;
   sessionId: string | null;
@@ -127,7 +127,8 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function prepareInput(input: AuditInput): PreparedInput {
+/** Checks an append's input and encodes principal and data as the canonical JSON that is stored and hashed. */
+export function prepareInput(input: AuditInput): PreparedInput {
   const bad = (field: string): never => {
     throw new InvalidArgumentError(`audit input: bad ${field}`, { details: { field } });
   };
@@ -208,7 +209,19 @@ export class SqliteAuditLog implements AuditLog {
       s: q('session_id = @sessionId AND'),
       ts: q('tenant_id = @tenantId AND session_id = @sessionId AND'),
     };
-    this.#appendTx = db.transaction((p: PreparedInput) => this.#appendInTx(p)).immediate;
+    // BEGIN/SAVEPOINT by exec(), not db.transaction(): see KEPT_STATEMENTS in sqlite.ts.
+    this.#appendTx = (p: PreparedInput) => {
+      const nested = db.inTransaction;
+      db.exec(nested ? 'SAVEPOINT berth_append' : 'BEGIN IMMEDIATE');
+      try {
+        const entry = this.#appendInTx(p);
+        db.exec(nested ? 'RELEASE berth_append' : 'COMMIT');
+        return entry;
+      } catch (e) {
+        if (db.inTransaction) db.exec(nested ? 'ROLLBACK TO berth_append; RELEASE berth_append' : 'ROLLBACK');
+        throw e;
+      }
+    };
     this.#known = this.head();
     this.#openAnchor();
   }
@@ -381,6 +394,15 @@ export type AnchorCheck = 'matched' | 'behind' | 'ahead' | 'mismatch' | 'missing
 
 export type AuditVerifyResult = VerifyResult & { anchor: AnchorCheck };
 
+/** What verifyAudit reads: an audit log of either store, and the anchor file it keeps (if any). */
+export interface VerifiableAuditLog {
+  readonly anchorPath: string | undefined;
+  scan(): AsyncIterable<AuditEntry>;
+  query(q?: AuditQuery): Promise<AuditEntry[]>;
+  /** An entry by its stored hash (for diagnosis only). */
+  entryByHash(hash: string): Promise<AuditEntry | undefined>;
+}
+
 export interface VerifyAuditOptions {
   /** Anchor file to compare with. Default: the store's own (`<db>.audit-head`). */
   anchorPath?: string;
@@ -409,7 +431,7 @@ function hashesAs(e: AuditEntry, seq: number): boolean {
  * The seq an entry was appended with, found by following prevHash links back to an entry that still sits
  * where it was written. Bounded, since it only sharpens a diagnosis.
  */
-async function originalSeq(log: SqliteAuditLog, e: AuditEntry, depth: number): Promise<number | undefined> {
+async function originalSeq(log: VerifiableAuditLog, e: AuditEntry, depth: number): Promise<number | undefined> {
   if (e.prevHash === GENESIS_HASH) return 1;
   if (depth === 0) return undefined;
   const prev = await log.entryByHash(e.prevHash);
@@ -426,7 +448,7 @@ async function originalSeq(log: SqliteAuditLog, e: AuditEntry, depth: number): P
  * verifyChain() alone reports a pair whose seq values were swapped as 'edited' (seq is hashed); when the
  * entry's hash does verify under the seq its prevHash link implies, it is reported as 'reordered'.
  */
-export async function verifyAudit(store: { readonly audit: SqliteAuditLog }, opts: VerifyAuditOptions = {}): Promise<AuditVerifyResult> {
+export async function verifyAudit(store: { readonly audit: VerifiableAuditLog }, opts: VerifyAuditOptions = {}): Promise<AuditVerifyResult> {
   const log = store.audit;
   const anchorPath = opts.anchorPath ?? log.anchorPath;
   const read = anchorPath === undefined ? undefined : readAnchor(anchorPath);

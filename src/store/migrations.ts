@@ -130,7 +130,8 @@ export function applyMigrations(db: BetterSqlite3.Database, opts: ApplyMigration
     name TEXT NOT NULL,
     applied_at INTEGER NOT NULL
   ) STRICT`);
-  const run = db.transaction((): MigrationResult => {
+  // BEGIN/COMMIT by exec(), not db.transaction(): see KEPT_STATEMENTS in sqlite.ts.
+  const run = (): MigrationResult => {
     const applied = db.prepare('SELECT version, name FROM schema_migrations ORDER BY version').all() as {
       version: number;
       name: string;
@@ -155,6 +156,14 @@ export function applyMigrations(db: BetterSqlite3.Database, opts: ApplyMigration
       insert.run(m.version, m.name, now());
     }
     return { from: applied.length, to: list.length };
-  });
-  return run.immediate();
+  };
+  db.exec('BEGIN IMMEDIATE');
+  try {
+    const result = run();
+    db.exec('COMMIT');
+    return result;
+  } catch (e) {
+    if (db.inTransaction) db.exec('ROLLBACK');
+    throw e;
+  }
 }

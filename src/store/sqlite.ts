@@ -28,6 +28,24 @@ export interface SqliteStoreOptions {
 /** Milliseconds a writer waits for another connection's lock before failing with 'unavailable'. */
 const BUSY_TIMEOUT_MS = 5000;
 
+/**
+ * Every statement this module prepares stays reachable for the life of the process. On Node 24 a
+ * better-sqlite3 (12.x) Statement whose finalizer runs in a garbage collection started from a microtask
+ * aborts the process (`Assertion failed: (env) != nullptr` in node::RemoveEnvironmentCleanupHook): keeping
+ * statements from ever being collected avoids it. A server opens one store, so this holds its statements
+ * (about a hundred) once; a test process that opens many stores keeps theirs until it exits.
+ */
+const KEPT_STATEMENTS: unknown[] = [];
+
+function keepStatements(db: BetterSqlite3.Database): void {
+  const prepare = db.prepare.bind(db) as (source: string) => BetterSqlite3.Statement;
+  (db as unknown as { prepare: (source: string) => BetterSqlite3.Statement }).prepare = (source: string) => {
+    const st = prepare(source);
+    KEPT_STATEMENTS.push(st);
+    return st;
+  };
+}
+
 export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
   if (typeof opts.path !== 'string' || opts.path === '') {
     throw new ConfigError('store path must be a file path or ":memory:"', { details: { field: 'path' } });
@@ -36,17 +54,18 @@ export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
   let db: BetterSqlite3.Database;
   try {
     db = new Database(opts.path, { timeout: BUSY_TIMEOUT_MS });
+    keepStatements(db);
   } catch (e) {
     throw new ConfigError(`cannot open database ${opts.path}`, { details: { path: opts.path }, cause: e });
   }
   try {
     // Triggers and views in a file someone else may have written must not call application functions.
-    db.pragma('trusted_schema = OFF');
-    const mode = db.pragma('journal_mode = WAL', { simple: true });
+    db.exec('PRAGMA trusted_schema = OFF');
+    const mode = db.prepare('PRAGMA journal_mode = WAL').pluck().get();
     if (opts.path !== ':memory:' && mode !== 'wal') {
       throw new ConfigError(`database ${opts.path} cannot use WAL mode (got ${String(mode)})`, { details: { path: opts.path } });
     }
-    db.pragma('synchronous = FULL');
+    db.exec('PRAGMA synchronous = FULL');
     const schema = applyMigrations(db);
     return new SqliteStore({ db, path: opts.path, clock, schemaVersion: schema.to });
   } catch (e) {

@@ -12,15 +12,15 @@ import { systemClock, type Clock, type Principal } from '../../src/core/index.js
 import { MemoryDriver, type MemoryDriverOptions } from '../../src/drivers/memory/driver.js';
 import type { SessionManager } from '../../src/engine/manager.js';
 import { newSecret } from '../../src/engine/auth.js';
-import { composeEngine, type Berth as ServerSide } from '../../src/server/compose.js';
-import { openSqliteStore, type SqliteStore } from '../../src/store/sqlite.js';
+import { composeEngine, type Berth as ServerSide, type EngineStore } from '../../src/server/compose.js';
+import { openSqliteStore } from '../../src/store/sqlite.js';
 import { LocalSnapshotStore } from '../../src/store/snapshot-dir.js';
 
 export interface TestEngine {
   engine: SessionManager;
   /** The driver under the engine, for fault injection (failNext, crash) and checks (has, list). */
   driver: MemoryDriver;
-  store: SqliteStore;
+  store: EngineStore;
   snapshots: LocalSnapshotStore;
   /** The root operator token. */
   rootKey: string;
@@ -36,12 +36,16 @@ export interface TestEngineOptions {
   driver?: MemoryDriverOptions;
   /** A SQLite file instead of an in-memory database (e.g. to reopen it). Default ':memory:'. */
   dbPath?: string;
+  /** An open store to use instead (e.g. a PostgresStore); it is closed with the engine. */
+  store?: EngineStore;
+  /** The data directory to use (e.g. to restart over it); removed by close() only when created here. */
+  dataDir?: string;
 }
 
 export async function createTestEngine(o: TestEngineOptions = {}): Promise<TestEngine> {
-  const dataDir = await mkdtemp(join(tmpdir(), 'berth-test-engine-'));
+  const dataDir = o.dataDir ?? (await mkdtemp(join(tmpdir(), 'berth-test-engine-')));
   const clock = o.clock ?? systemClock;
-  const store = openSqliteStore({ path: o.dbPath ?? ':memory:', clock });
+  const store = o.store ?? openSqliteStore({ path: o.dbPath ?? ':memory:', clock });
   const snapshots = new LocalSnapshotStore(join(dataDir, 'snapshots'));
   const driver = new MemoryDriver({ now: () => clock.now(), ...o.driver });
   const rootKey = newSecret('btr');
@@ -60,7 +64,7 @@ export async function createTestEngine(o: TestEngineOptions = {}): Promise<TestE
       if (closed) return;
       closed = true;
       await side.close();
-      await rm(dataDir, { recursive: true, force: true });
+      if (!o.dataDir) await rm(dataDir, { recursive: true, force: true });
     },
   };
 }

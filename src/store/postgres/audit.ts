@@ -1,0 +1,167 @@
+/**
+ * The audit log over PostgreSQL's `audit` table (migrations.ts: triggers refuse UPDATE, DELETE and TRUNCATE
+ * and keep seq gapless). Appends from every connection are serialized by a transaction-scoped advisory
+ * lock taken before the head is read, so two writers (two servers on one database included) never compute
+ * the same seq. Like the SQLite log it keeps a head anchor in a file when given a path: written after the
+ * commit, left as found when it disagrees with the database, compared by verifyAudit().
+ */
+import { GENESIS_HASH, hashEntry } from '../../core/audit.js';
+import type { AuditEntry, AuditInput, AuditLog, AuditQuery } from '../../core/audit.js';
+import { AppError, ConfigError, InvalidArgumentError } from '../../core/errors.js';
+import type { Clock } from '../../core/store.js';
+import { COLUMNS, decodeEntry, prepareInput, readAnchor, writeAnchor, type AuditAnchor, type AuditRow, type VerifiableAuditLog } from '../audit.js';
+import type { PgScope } from './scope.js';
+
+/** Held by every appending transaction until it ends. */
+const AUDIT_LOCK = 0x6175_6474; // 'audt'
+const SCAN_PAGE = 512;
+
+export interface PgAuditLogOptions {
+  scope: PgScope;
+  clock: Clock;
+  /** Anchor file; undefined = none. */
+  anchorPath?: string;
+}
+
+export class PgAuditLog implements AuditLog, VerifiableAuditLog {
+  readonly anchorPath: string | undefined;
+  readonly #scope: PgScope;
+  readonly #clock: Clock;
+  /** The highest head this process has committed or seen; the anchor only moves forward from it. */
+  #known: AuditAnchor = { seq: 0, hash: GENESIS_HASH };
+  #frozen = false;
+
+  constructor(opts: PgAuditLogOptions) {
+    this.#scope = opts.scope;
+    this.#clock = opts.clock;
+    this.anchorPath = opts.anchorPath;
+  }
+
+  /** True when the anchor disagreed with the database; it is then left as found (evidence) until reanchor(). */
+  get anchorFrozen(): boolean {
+    return this.#frozen;
+  }
+
+  async head(): Promise<AuditAnchor> {
+    const row = (await this.#scope.query<{ seq: number; hash: string }>('SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1', [], { kind: 'audit entry' })).rows[0];
+    return row ?? { seq: 0, hash: GENESIS_HASH };
+  }
+
+  async #hashOf(seq: number): Promise<string | undefined> {
+    if (seq === 0) return GENESIS_HASH;
+    return (await this.#scope.query<{ hash: string }>('SELECT hash FROM audit WHERE seq = $1', [seq], { kind: 'audit entry' })).rows[0]?.hash;
+  }
+
+  /** At open: checks the anchor against the database (as the SQLite log does). */
+  async open(): Promise<void> {
+    const head = await this.head();
+    this.#known = head;
+    if (this.anchorPath === undefined) return;
+    const read = readAnchor(this.anchorPath);
+    if (read.status === 'ok' && (await this.#hashOf(read.anchor.seq)) === read.anchor.hash) {
+      if (read.anchor.seq < head.seq) this.#anchor(head);
+    } else if (read.status === 'missing' && head.seq === 0) {
+      this.#anchor(head);
+    } else {
+      this.#frozen = true;
+    }
+  }
+
+  /**
+   * Appends in the caller's transaction, or in one of its own. If the row commits but the anchor cannot be
+   * written, throws 'unavailable' with details.committed = true: do not retry the append.
+   */
+  async append(input: AuditInput): Promise<AuditEntry> {
+    const p = prepareInput(input);
+    return this.#scope.transaction(async () => {
+      const frame = this.#scope.current();
+      await this.#scope.query('SELECT pg_advisory_xact_lock($1)', [AUDIT_LOCK], { kind: 'audit entry' });
+      const head = await this.head();
+      const ts = this.#clock.now();
+      if (!Number.isSafeInteger(ts)) throw new ConfigError('the clock returned a non-integer time', { details: { ts } });
+      const body: Omit<AuditEntry, 'hash'> = {
+        seq: head.seq + 1,
+        ts,
+        tenantId: p.tenantId,
+        sessionId: p.sessionId,
+        principal: p.input.principal,
+        action: p.input.action,
+        outcome: p.input.outcome,
+        data: p.input.data,
+        prevHash: head.hash,
+      };
+      const hash = hashEntry(body);
+      await this.#scope.query(
+        `INSERT INTO audit (${COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+        [body.seq, ts, p.tenantId, p.sessionId, p.principalJson, body.action, body.outcome, p.dataJson, body.prevHash, hash],
+        { kind: 'audit entry' },
+      );
+      // After the commit the head is read again: an entry of a rolled-back savepoint must not be anchored.
+      frame?.afterCommit.set('audit-anchor', async () => this.#committed(await this.head()));
+      return { ...body, hash };
+    });
+  }
+
+  #committed(e: AuditAnchor): void {
+    if (e.seq <= this.#known.seq) {
+      // A head at or behind one already committed: rows were cut under us. Keep the anchor as evidence.
+      if (e.seq < this.#known.seq || e.hash !== this.#known.hash) this.#frozen = true;
+      return;
+    }
+    this.#known = { seq: e.seq, hash: e.hash };
+    this.#anchor(this.#known);
+  }
+
+  #anchor(a: AuditAnchor): void {
+    if (this.anchorPath === undefined || this.#frozen) return;
+    try {
+      writeAnchor(this.anchorPath, a);
+    } catch (e) {
+      throw new AppError('unavailable', 'audit entry committed but the head anchor could not be written', {
+        details: { seq: a.seq, path: this.anchorPath, committed: true },
+        cause: e,
+      });
+    }
+  }
+
+  async query(q: AuditQuery = {}): Promise<AuditEntry[]> {
+    const afterSeq = q.afterSeq ?? 0;
+    if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) {
+      throw new InvalidArgumentError('afterSeq must be a non-negative integer', { details: { field: 'afterSeq' } });
+    }
+    if (q.limit !== undefined && (!Number.isSafeInteger(q.limit) || q.limit < 1)) {
+      throw new InvalidArgumentError('limit must be a positive integer', { details: { field: 'limit' } });
+    }
+    const res = await this.#scope.query<AuditRow>(
+      `SELECT ${COLUMNS} FROM audit WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR session_id = $2) AND seq > $3 ORDER BY seq LIMIT $4`,
+      [q.tenantId ?? null, q.sessionId ?? null, afterSeq, q.limit ?? null],
+      { kind: 'audit entry' },
+    );
+    return res.rows.map(decodeEntry);
+  }
+
+  /** Every entry in seq order, a page at a time (entries appended meanwhile may be included). */
+  async *scan(): AsyncGenerator<AuditEntry, void, undefined> {
+    let after = 0;
+    for (;;) {
+      const rows = (await this.#scope.query<AuditRow>(`SELECT ${COLUMNS} FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2`, [after, SCAN_PAGE], { kind: 'audit entry' })).rows;
+      for (const row of rows) yield decodeEntry(row);
+      if (rows.length < SCAN_PAGE) return;
+      after = (rows[rows.length - 1] as AuditRow).seq;
+    }
+  }
+
+  async entryByHash(hash: string): Promise<AuditEntry | undefined> {
+    const row = (await this.#scope.query<AuditRow>(`SELECT ${COLUMNS} FROM audit WHERE hash = $1 LIMIT 1`, [hash], { kind: 'audit entry' })).rows[0];
+    return row && decodeEntry(row);
+  }
+
+  /** Operator action: accept the database's head as the truth and rewrite the anchor. */
+  async reanchor(): Promise<AuditAnchor> {
+    const head = await this.head();
+    this.#known = head;
+    this.#frozen = false;
+    if (this.anchorPath !== undefined) writeAnchor(this.anchorPath, head);
+    return head;
+  }
+}

@@ -1,0 +1,139 @@
+/**
+ * The store conformance suite against PostgreSQL 15, in a private cluster this file starts and stops, and
+ * what only PostgreSQL needs showing: the migrations mean what SQLite's mean, a second server on the same
+ * database continues one chain, and the race that forUpdate prevents is real there.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { emptyMetering, type SessionRecord } from '../../src/core/records.js';
+import { verifyAudit } from '../../src/store/audit.js';
+import { MIGRATIONS } from '../../src/store/migrations.js';
+import { PG_MIGRATIONS } from '../../src/store/postgres/migrations.js';
+import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/store.js';
+import { skipReason } from '../helpers/env.js';
+import { postgresMissing, startPostgres, type PgCluster } from '../helpers/postgres.js';
+import { session, storeConformance, type StoreUnderTest } from './store-suite.js';
+
+const skip = skipReason('PostgreSQL store tests', postgresMissing());
+let cluster: PgCluster;
+const urls = new WeakMap<object, string>();
+const dir = mkdtempSync(join(tmpdir(), 'berth-pg-anchor-'));
+
+async function sql(url: string, statement: string): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query(statement);
+  } finally {
+    await c.end();
+  }
+}
+
+async function open(url?: string, anchorPath?: string): Promise<PostgresStore> {
+  const u = url ?? (await cluster.newDatabase());
+  const s = await openPostgresStore({ url: u, ...(anchorPath ? { anchorPath } : {}) });
+  urls.set(s, u);
+  return s;
+}
+
+describe.skipIf(skip)('postgres', () => {
+  beforeAll(async () => {
+    cluster = await startPostgres();
+  }, 120_000);
+  afterAll(async () => {
+    await cluster?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  storeConformance('postgres', {
+    open: () => open(),
+    sql: (store: StoreUnderTest, statement: string) => sql(urls.get(store) as string, statement),
+  });
+
+  describe('postgres only', () => {
+    it('migrations name the same versions as SQLite\'s, and a reopen changes nothing', async () => {
+      expect(PG_MIGRATIONS.map((m) => [m.version, m.name])).toEqual(MIGRATIONS.map((m) => [m.version, m.name]));
+      const s = await open();
+      expect(s.schemaVersion).toBe(MIGRATIONS.length);
+      const url = urls.get(s) as string;
+      await s.close();
+      const again = await open(url);
+      expect(again.schemaVersion).toBe(MIGRATIONS.length);
+      await again.close();
+      await sql(url, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (${MIGRATIONS.length + 1}, 'from_the_future', 0)`);
+      await expect(openPostgresStore({ url })).rejects.toMatchObject({ code: 'config' });
+    });
+
+    it('refuses a bad URL and a database it cannot reach, as config errors', async () => {
+      await expect(openPostgresStore({ url: 'mysql://x' })).rejects.toMatchObject({ code: 'config', details: { field: 'database' } });
+      await expect(openPostgresStore({ url: `postgres://berth@127.0.0.1:${cluster.port}/no_such_db` })).rejects.toMatchObject({ code: 'config' });
+    });
+
+    it('two stores on one database (two servers) continue one chain and see each other\'s records', async () => {
+      const a = await open();
+      const b = await open(urls.get(a));
+      try {
+        await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? a : b).audit.append({ tenantId: null, sessionId: null, principal: { kind: 'system', id: 'system', tenantId: null }, action: 'x.y', outcome: 'ok', data: { i } })));
+        expect((await a.audit.query()).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        expect(await verifyAudit(b)).toMatchObject({ ok: true, entries: 10 });
+        const r = session();
+        await a.sessions.insert(r);
+        expect(await b.sessions.get(r.id)).toEqual(r);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
+    it('without forUpdate, two racing read-modify-writes lose one (the race forUpdate closes is real)', async () => {
+      const s = await open();
+      try {
+        const r = session({ metering: emptyMetering() });
+        await s.sessions.insert(r);
+        let reads = 0;
+        let bothRead!: () => void;
+        const barrier = new Promise<void>((done) => (bothRead = done));
+        const bump = () =>
+          s.transaction(async (tx) => {
+            const cur = (await tx.sessions.get(r.id)) as SessionRecord;
+            if (++reads === 2) bothRead();
+            await barrier;
+            await tx.sessions.put({ ...cur, metering: { ...cur.metering, execCount: cur.metering.execCount + 1 } });
+          });
+        await Promise.all([bump(), bump()]);
+        expect((await s.sessions.get(r.id))?.metering.execCount).toBe(1);
+      } finally {
+        await s.close();
+      }
+    });
+
+    it('keeps a head anchor file: follows commits, not rollbacks; a cut tail is caught by verify', async () => {
+      const anchor = join(dir, 'audit-head');
+      const s = await open(undefined, anchor);
+      const url = urls.get(s) as string;
+      const e1 = await s.audit.append({ tenantId: null, sessionId: null, principal: { kind: 'root', id: 'root', tenantId: null }, action: 'a.b', outcome: 'ok', data: {} });
+      await expect(
+        s.transaction(async () => {
+          await s.audit.append({ tenantId: null, sessionId: null, principal: { kind: 'root', id: 'root', tenantId: null }, action: 'a.c', outcome: 'ok', data: {} });
+          throw new Error('rolled back');
+        }),
+      ).rejects.toThrow('rolled back');
+      for (let i = 0; i < 3; i++) await s.audit.append({ tenantId: null, sessionId: null, principal: { kind: 'root', id: 'root', tenantId: null }, action: 'a.d', outcome: 'ok', data: { i } });
+      expect(e1.seq).toBe(1);
+      expect(await verifyAudit(s)).toMatchObject({ ok: true, entries: 4, anchor: 'matched' });
+      await s.close();
+      // Someone with database access removes the last entry (dropping the guard first).
+      await sql(url, 'ALTER TABLE audit DISABLE TRIGGER USER; DELETE FROM audit WHERE seq = 4; ALTER TABLE audit ENABLE TRIGGER USER');
+      const s2 = await open(url, anchor);
+      try {
+        expect(s2.audit.anchorFrozen).toBe(true);
+        expect(await verifyAudit(s2)).toMatchObject({ ok: false, problem: 'removed', anchor: 'ahead' });
+      } finally {
+        await s2.close();
+      }
+    });
+  });
+});
