@@ -29,6 +29,8 @@ const DEBIAN = {
   gcc: 'compiles the in-sandbox agent',
   'libc6-dev': 'static libc for the agent',
   'python3-httpx': 'the Python SDK (sdk/python)', 'python3-setuptools': 'builds it offline', 'python3-venv': 'its install test', 'python3-pytest': 'its tests', 'python3-pytest-asyncio': 'its async tests', 'python3-mypy': 'its type check',
+  zsh: 'tests of `berth completion zsh`',
+  fish: 'tests of `berth completion fish`',
 };
 
 function run(cmd, args, opts = {}) {

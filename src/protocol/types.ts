@@ -46,6 +46,8 @@ export interface CreatedSessionView extends SessionView {
 
 export interface SessionListView {
   sessions: SessionView[];
+  /** Pass as `after` for the next page; null on the last page. */
+  nextCursor: string | null;
 }
 
 /** DELETE /v1/sessions/:id. */

@@ -29,7 +29,7 @@ import type {
 } from '../protocol/types.js';
 import type { SessionState } from '../core/state.js';
 import { DEFAULT_URL, resolveEnv } from './env.js';
-import { Transport, type ResolvedClientOptions } from './http.js';
+import { Transport, type Query, type ResolvedClientOptions } from './http.js';
 import { Session, type CallOpts } from './session.js';
 import { ApprovalsApi, GateApi, PlansApi, PolicyApi, ToolsApi } from './gate.js';
 
@@ -73,6 +73,23 @@ function resolveOptions(o: BerthOptions): ResolvedClientOptions {
 }
 
 export type CreateSessionOptions = CreateSessionBody & CallOpts;
+
+export interface ListSessionsOptions {
+  /** Only these states. Default: every state but terminated. */
+  states?: SessionState[];
+  /** Only sessions carrying every one of these metadata labels. */
+  metadata?: Record<string, string>;
+  /** Page size, 1..1000. Default: no limit. */
+  limit?: number;
+  /** The nextCursor of the previous page. */
+  after?: string;
+}
+
+export interface SessionPage {
+  sessions: Session[];
+  /** Pass as `after` for the next page; null on the last. */
+  nextCursor: string | null;
+}
 
 const enc = (s: string) => encodeURIComponent(s);
 
@@ -127,10 +144,17 @@ class SessionsApi {
   async get(id: string, opts: CallOpts = {}): Promise<Session> {
     return new Session(this.t, await this.t.json<SessionView>('GET', `/sessions/${enc(id)}`, { signal: opts.signal }));
   }
-  async list(opts: CallOpts & { states?: SessionState[] } = {}): Promise<Session[]> {
+  /** Every session not terminated (filtered by state and metadata labels), oldest first. */
+  async list(opts: CallOpts & Omit<ListSessionsOptions, 'limit' | 'after'> = {}): Promise<Session[]> {
+    return (await this.page(opts)).sessions;
+  }
+  /** One page: at most `limit` sessions after the cursor `after` (a previous page's nextCursor). */
+  async page(opts: CallOpts & ListSessionsOptions = {}): Promise<SessionPage> {
     const state = opts.states?.length ? opts.states.join(',') : undefined;
-    const r = await this.t.json<SessionListView>('GET', '/sessions', { query: { state }, signal: opts.signal });
-    return r.sessions.map((v) => new Session(this.t, v));
+    const query: Query = { state, limit: opts.limit, after: opts.after };
+    const metadata = Object.entries(opts.metadata ?? {}).map(([k, v]) => `${k}=${v}`);
+    const r = await this.t.json<SessionListView>('GET', '/sessions', { query, multi: { metadata }, signal: opts.signal });
+    return { sessions: r.sessions.map((v) => new Session(this.t, v)), nextCursor: r.nextCursor ?? null };
   }
 }
 

@@ -1,4 +1,4 @@
-export { Berth, type BerthOptions, type CreateSessionOptions, type SessionsApi, type SnapshotsApi, type TenantsApi, type AuditApi } from './client.js';
+export { Berth, type BerthOptions, type CreateSessionOptions, type ListSessionsOptions, type SessionPage, type SessionsApi, type SnapshotsApi, type TenantsApi, type AuditApi } from './client.js';
 export { Session, SessionFiles, type CallOpts, type RunOptions, type RunResult } from './session.js';
 export { Execution, type ExecOptions, type ExecOutput, type ExecResult } from './exec.js';
 export type { BytesSource } from './streams.js';
