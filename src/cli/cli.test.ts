@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../server/app.js';
 import { startServer, type RunningServer } from '../server/serve.js';
 import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
+import { responseChecker } from '../../test/helpers/openapi.js';
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const MAIN = [join(REPO, 'dist', 'src', 'cli', 'main.js'), join(REPO, 'dist', 'cli', 'main.js')];
@@ -27,11 +28,19 @@ beforeAll(async () => {
   main = MAIN.find((p) => existsSync(p)) ?? '';
   expect(main, 'tsc did not emit the CLI').not.toBe('');
   t = await createTestEngine({ driver: { onWriteChunk: (_id, _path, c) => onChunk?.(c) } });
-  server = await startServer({ app: createApp({ engine: t.engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
+  server = await startServer({ app: checker.wrap(createApp({ engine: t.engine })), host: '127.0.0.1', port: 0, graceMs: 200 });
 }, 180_000);
 afterAll(async () => {
   await server?.close();
   await t?.close();
+});
+
+// Every response the CLI gets in this suite must match the OpenAPI document (GET /openapi.json).
+const checker = responseChecker();
+afterAll(async () => {
+  await checker.settle();
+  expect(checker.violations).toEqual([]);
+  expect(checker.seen.size).toBeGreaterThan(15);
 });
 
 interface Result {

@@ -1,4 +1,3 @@
-import { bytesToBase64 } from '../protocol/exec.js';
 import { UsageError, parseCommand, writeBytes, type VerbContext } from './common.js';
 import { commandUsage } from './usage.js';
 import { SPEC } from './commands.js';
@@ -43,7 +42,7 @@ export async function run(ctx: VerbContext): Promise<number> {
   process.on('SIGINT', onSigint);
   try {
     for await (const ev of ex) {
-      if (v.json) await line({ type: ev.type, data: bytesToBase64(ev.data) });
+      if (v.json) await line({ type: ev.type, data: Buffer.from(ev.data).toString('base64') });
       else await writeBytes(ev.type === 'stdout' ? io.stdout : io.stderr, ev.data);
     }
     const exit = await ex.wait();

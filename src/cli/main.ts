@@ -6,13 +6,13 @@
  * `berth: <code>: <message>`; 2 on a usage error (EXIT_CODES in usage.ts, the README's table). Stacks are
  * printed only with BERTH_DEBUG=1. Verbs, subcommands and flags come from one table (commands.ts).
  */
-import { existsSync, readFileSync, realpathSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { isAppError } from '../core/errors.js';
 import type { Berth } from '../sdk/index.js';
 import { GLOBAL_FLAGS, VERB_NAMES, verbSpec, type VerbName, type VerbSpec } from './commands.js';
 import { UsageError, parseCommand, usageOf, type Io, type Verb, type VerbContext } from './common.js';
+import { packageVersion } from '../server/version.js';
 import { clientFromEnv, debugEnabled } from './env.js';
 import { didYouMean, topHelp, verbHelp, verbUsage } from './usage.js';
 
@@ -65,21 +65,6 @@ function unknownVerb(verb: string): UsageError {
   return new UsageError(`${JSON.stringify(verb)} is not a berth command${didYouMean(verb, VERB_NAMES)}`, 'berth help');
 }
 
-/** The version in package.json (the one above this file, in a checkout or an installed package). */
-export function version(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    const file = join(dir, 'package.json');
-    if (existsSync(file)) {
-      const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: string; version?: string };
-      if (pkg.name === 'berth' && pkg.version) return pkg.version;
-    }
-    const up = dirname(dir);
-    if (up === dir) return 'unknown';
-    dir = up;
-  }
-}
-
 /** Which of the verb's commands argv names: a subcommand (or alias), else the verb's own ('' ). */
 function resolveSub(verb: string, spec: VerbSpec, argv: string[]): { sub: string; argv: string[] } {
   const named = Object.keys(spec.commands).filter((k) => k !== '');
@@ -111,7 +96,7 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
       return 0;
     }
     if (verb === '--version' || verb === '-V' || verb === 'version') {
-      io.stdout.write(`berth ${version()}\n`);
+      io.stdout.write(`berth ${packageVersion()}\n`);
       return 0;
     }
     if (verb.startsWith('-')) throw new UsageError(`unknown flag ${verb}${didYouMean(verb.replace(/^-+/, ''), Object.keys(GLOBAL_FLAGS), (s) => `--${s}`)} (flags go after the verb)`, 'berth VERB [ARGS…]');

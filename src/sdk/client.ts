@@ -28,13 +28,12 @@ import type {
   TenantView,
 } from '../protocol/types.js';
 import type { SessionState } from '../core/state.js';
-import { DEFAULT_URL, resolveEnv } from './env.js';
 import { Transport, type Query, type ResolvedClientOptions } from './http.js';
 import { Session, type CallOpts } from './session.js';
 import { ApprovalsApi, GateApi, PlansApi, PolicyApi, ToolsApi } from './gate.js';
 
 export interface BerthOptions {
-  /** Server base URL. Default 'http://127.0.0.1:7070' (Berth.fromEnv: $BERTH_URL). */
+  /** Server base URL. Default 'http://127.0.0.1:7070' (Berth.fromEnv in berth/sdk/node: $BERTH_URL). */
   url?: string;
   /**
    * Bearer token: the root key, a tenant API key or a session's agent token. Default none, so every /v1
@@ -71,6 +70,8 @@ function resolveOptions(o: BerthOptions): ResolvedClientOptions {
   }
   return Object.freeze({ url: url.replace(/\/+$/, ''), token: o.token, fetch: f, timeoutMs });
 }
+
+export const DEFAULT_URL = 'http://127.0.0.1:7070';
 
 export type CreateSessionOptions = CreateSessionBody & CallOpts;
 
@@ -119,12 +120,6 @@ export class Berth {
     this.policy = new PolicyApi(this.t);
     this.plans = new PlansApi(this.t);
     this.gate = new GateApi(this.t);
-  }
-
-  /** Options from BERTH_URL, BERTH_TOKEN / $BERTH_DATA/root.key; `overrides` win. */
-  static fromEnv(overrides: BerthOptions = {}): Berth {
-    const { options } = resolveEnv();
-    return new Berth({ ...options, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)) });
   }
 
   /** GET /healthz (no token needed). */

@@ -2,7 +2,7 @@ export { Berth, type BerthOptions, type CreateSessionOptions, type ListSessionsO
 export { Session, SessionFiles, type CallOpts, type RunOptions, type RunResult } from './session.js';
 export { Execution, type ExecOptions, type ExecOutput, type ExecResult } from './exec.js';
 export type { BytesSource } from './streams.js';
-export { resolveEnv, DEFAULT_URL, type EnvResolution } from './env.js';
+export { DEFAULT_URL } from './client.js';
 export { AppError, isAppError, ERROR_CODES, type ErrorCode } from '../core/errors.js';
 export type * from '../protocol/types.js';
 export { ToolsApi, ApprovalsApi, PolicyApi, PlansApi, GateApi, type TenantOpts } from './gate.js';
