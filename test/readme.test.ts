@@ -82,7 +82,7 @@ describe.skipIf(skipReason('README snippets against a real server', gvisorMissin
     symlinkSync(REPO, join(checkout, 'node_modules', 'berth'));
     copyFileSync(join(data, 'root.key'), join(checkout, '.berth', 'root.key'));
     writeFileSync(join(checkout, 'package.json'), JSON.stringify({ name: 'readme', private: true, type: 'module' }));
-  }, 240_000);
+  }, 400_000);
   afterAll(async () => {
     if (serverProc && serverProc.exitCode === null) {
       const exited = new Promise((r) => serverProc!.once('exit', r));

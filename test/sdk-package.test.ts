@@ -37,7 +37,7 @@ beforeAll(async () => {
   writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'outside', private: true, type: 'module' }));
   t = await createTestEngine();
   server = await startServer({ app: createApp({ engine: t.engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
-}, 240_000);
+}, 400_000);
 afterAll(async () => {
   await server?.close();
   await t?.close();

@@ -29,7 +29,7 @@ beforeAll(async () => {
   expect(main, 'tsc did not emit the CLI').not.toBe('');
   t = await createTestEngine({ driver: { onWriteChunk: (_id, _path, c) => onChunk?.(c) } });
   server = await startServer({ app: checker.wrap(createApp({ engine: t.engine })), host: '127.0.0.1', port: 0, graceMs: 200 });
-}, 180_000);
+}, 400_000);
 afterAll(async () => {
   await server?.close();
   await t?.close();

@@ -34,7 +34,7 @@ beforeAll(async () => {
   chmodSync(join(dir, 'berth'), 0o755);
   const r = await berth(['session', 'create', '--json']);
   sessionId = JSON.parse(r.stdout).id;
-}, 180_000);
+}, 400_000);
 afterAll(async () => {
   await server?.close();
   await t?.close();
