@@ -30,6 +30,8 @@ const DEBIAN = {
   'libc6-dev': 'static libc for the agent',
   'python3-httpx': 'the Python SDK (sdk/python)', 'python3-setuptools': 'builds it offline', 'python3-venv': 'its install test', 'python3-pytest': 'its tests', 'python3-pytest-asyncio': 'its async tests', 'python3-mypy': 'its type check',
   'postgresql-15': 'PostgreSQL, the second store (berth serve --database postgres://…; its tests start a private cluster)',
+  zsh: 'tests of `berth completion zsh`',
+  fish: 'tests of `berth completion fish`',
 };
 
 function run(cmd, args, opts = {}) {

@@ -1,9 +1,5 @@
 import type { ApprovalStatus, ApprovalView } from '../sdk/index.js';
-import { UsageError, parse, printJson, println, table, type VerbContext } from './common.js';
-
-const LIST_USAGE = 'berth approvals list [--state pending|approved|denied|expired|used|cancelled[,…]] [--session ID] [--json]';
-const APPROVE_USAGE = 'berth approve APPROVAL_ID [--json]';
-const DENY_USAGE = 'berth deny APPROVAL_ID --reason TEXT [--json]';
+import { UsageError, parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
 function show(ctx: VerbContext, a: ApprovalView, json: boolean | undefined): void {
   if (json) printJson(ctx.io, a);
@@ -15,9 +11,7 @@ function show(ctx: VerbContext, a: ApprovalView, json: boolean | undefined): voi
 
 /** `berth approvals list`. */
 export async function list(ctx: VerbContext): Promise<number> {
-  const [sub, ...argv] = ctx.argv;
-  if (sub !== 'list' && sub !== 'ls') throw new UsageError(sub ? `unknown subcommand ${JSON.stringify(sub)}` : 'missing subcommand', LIST_USAGE);
-  const { values: v } = parse(argv, { state: { type: 'string' }, session: { type: 'string' }, json: { type: 'boolean' } }, LIST_USAGE, { max: 0 });
+  const { values: v } = parseCommand('approvals', 'list', ctx.argv);
   const states = v.state ? (v.state.split(',').filter(Boolean) as ApprovalStatus[]) : undefined;
   const approvals = await ctx.client().approvals.list({ states, sessionId: v.session });
   if (v.json) printJson(ctx.io, { approvals });
@@ -32,15 +26,14 @@ export async function list(ctx: VerbContext): Promise<number> {
 
 /** `berth approve ID`: approves and runs the parked call; prints the approval with the call's result. */
 export async function approve(ctx: VerbContext): Promise<number> {
-  const { values: v, positionals } = parse(ctx.argv, { json: { type: 'boolean' } }, APPROVE_USAGE, { min: 1, max: 1 });
+  const { values: v, positionals } = parseCommand('approve', '', ctx.argv);
   show(ctx, await ctx.client().approvals.approve(positionals[0]!), v.json);
   return 0;
 }
 
 /** `berth deny ID --reason TEXT`. */
 export async function deny(ctx: VerbContext): Promise<number> {
-  const { values: v, positionals } = parse(ctx.argv, { reason: { type: 'string' }, json: { type: 'boolean' } }, DENY_USAGE, { min: 1, max: 1 });
-  if (!v.reason) throw new UsageError('--reason is required', DENY_USAGE);
-  show(ctx, await ctx.client().approvals.deny(positionals[0]!, v.reason), v.json);
+  const { values: v, positionals } = parseCommand('deny', '', ctx.argv);
+  show(ctx, await ctx.client().approvals.deny(positionals[0]!, v.reason!), v.json);
   return 0;
 }

@@ -1,16 +1,12 @@
-import { numberFlag, parse, printJson, println, table, writeBytes, type VerbContext } from './common.js';
-
-const USAGE = `berth audit [--session ID] [--after SEQ] [--limit N] [--json]
-       berth audit verify [--json]
-       berth audit export [--session ID] [--after SEQ]`;
+import { parseCommand, printJson, println, table, writeBytes, type VerbContext } from './common.js';
 
 /** Entries fetched per request while exporting (the server's largest page). */
 const EXPORT_PAGE = 10_000;
 
 export async function run(ctx: VerbContext): Promise<number> {
-  if (ctx.argv[0] === 'export') return exportLines(ctx);
-  if (ctx.argv[0] === 'verify') {
-    const { values: v } = parse(ctx.argv.slice(1), { json: { type: 'boolean' } }, USAGE, { max: 0 });
+  if (ctx.sub === 'export') return exportLines(ctx);
+  if (ctx.sub === 'verify') {
+    const { values: v } = parseCommand('audit', 'verify', ctx.argv);
     const r = await ctx.client().audit.verify();
     if (v.json) printJson(ctx.io, r);
     else if (r.ok) println(ctx.io, `ok: ${r.entries} entries, head ${r.headHash}`);
@@ -20,16 +16,11 @@ export async function run(ctx: VerbContext): Promise<number> {
     }
     return 0;
   }
-  const { values: v } = parse(
-    ctx.argv,
-    { session: { type: 'string' }, after: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' } },
-    USAGE,
-    { max: 0 },
-  );
+  const { values: v } = parseCommand('audit', '', ctx.argv);
   const entries = await ctx.client().audit.query({
     sessionId: v.session,
-    afterSeq: numberFlag('after', v.after, USAGE, true),
-    limit: numberFlag('limit', v.limit, USAGE, true),
+    afterSeq: v.after,
+    limit: v.limit,
   });
   if (v.json) printJson(ctx.io, { entries });
   else if (entries.length > 0) {
@@ -40,9 +31,9 @@ export async function run(ctx: VerbContext): Promise<number> {
 
 /** `berth audit export`: every visible entry, oldest first, one JSON object per line (JSON Lines) on stdout. */
 async function exportLines(ctx: VerbContext): Promise<number> {
-  const { values: v } = parse(ctx.argv.slice(1), { session: { type: 'string' }, after: { type: 'string' } }, USAGE, { max: 0 });
+  const { values: v } = parseCommand('audit', 'export', ctx.argv);
   const client = ctx.client();
-  let after = numberFlag('after', v.after, USAGE, true) ?? 0;
+  let after = v.after ?? 0;
   for (;;) {
     const page = await client.audit.query({ sessionId: v.session, afterSeq: after, limit: EXPORT_PAGE });
     if (page.length === 0) return 0;

@@ -1,24 +1,18 @@
-import { UsageError, parse, printJson, type VerbContext } from './common.js';
+import { UsageError, parseCommand, printJson, type VerbContext } from './common.js';
 
-const USAGE = 'berth call SESSION_ID TOOL [--args JSON] [--step STEP] [--json]';
 
 /** Exit status by decision: allow 0, deny 3, pending 4 (1 and 2 stay errors and usage). */
 export const CALL_EXIT = { allow: 0, deny: 3, pending: 4 } as const;
 
 /** `berth call ID TOOL --args JSON`: one tool call through the gate; prints the decision as JSON. */
 export async function run(ctx: VerbContext): Promise<number> {
-  const { values: v, positionals } = parse(
-    ctx.argv,
-    { args: { type: 'string' }, step: { type: 'string' }, json: { type: 'boolean' } },
-    USAGE,
-    { min: 2, max: 2 },
-  );
+  const { values: v, positionals } = parseCommand('call', '', ctx.argv);
   let args: unknown = {};
   if (v.args !== undefined) {
     try {
       args = JSON.parse(v.args);
     } catch (e) {
-      throw new UsageError(`--args: not JSON (${(e as Error).message})`, USAGE);
+      throw new UsageError(`--args: not JSON (${(e as Error).message})`, 'berth call ID TOOL --args JSON');
     }
   }
   const res = await ctx.client().tools.call(positionals[0]!, positionals[1]!, args, v.step !== undefined ? { step: v.step } : {});

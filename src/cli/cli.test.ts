@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../server/app.js';
 import { startServer, type RunningServer } from '../server/serve.js';
 import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
+import { responseChecker } from '../../test/helpers/openapi.js';
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const MAIN = [join(REPO, 'dist', 'src', 'cli', 'main.js'), join(REPO, 'dist', 'cli', 'main.js')];
@@ -27,11 +28,19 @@ beforeAll(async () => {
   main = MAIN.find((p) => existsSync(p)) ?? '';
   expect(main, 'tsc did not emit the CLI').not.toBe('');
   t = await createTestEngine({ driver: { onWriteChunk: (_id, _path, c) => onChunk?.(c) } });
-  server = await startServer({ app: createApp({ engine: t.engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
-}, 180_000);
+  server = await startServer({ app: checker.wrap(createApp({ engine: t.engine })), host: '127.0.0.1', port: 0, graceMs: 200 });
+}, 400_000);
 afterAll(async () => {
   await server?.close();
   await t?.close();
+});
+
+// Every response the CLI gets in this suite must match the OpenAPI document (GET /openapi.json).
+const checker = responseChecker();
+afterAll(async () => {
+  await checker.settle();
+  expect(checker.violations).toEqual([]);
+  expect(checker.seen.size).toBeGreaterThan(15);
 });
 
 interface Result {
@@ -97,15 +106,52 @@ describe('berth session', () => {
     expect(r.stderr).not.toMatch(NO_STACK);
     expect(r.stdout.length).toBe(0);
   });
-  it('out-of-range values are the server’s 400 (exit 1); unparsable ones are usage errors (exit 2)', async () => {
-    const bad = await berth(['session', 'create', '--memory', '10', '--json']);
-    expect(bad.code).toBe(1);
-    expect(bad.stderr).toContain('berth: invalid_argument: memoryMb: must be ≥ 64');
-    const usage = await berth(['session', 'create', '--memory', 'lots']);
-    expect(usage.code).toBe(2);
-    expect(usage.stderr).toMatch(/^berth: invalid_argument: --memory/);
-    expect((await berth(['session', 'create', '--nope'])).code).toBe(2);
+  it('bad values exit 2 naming the flag, with the server’s limits, before anything is sent', async () => {
+    const before = json(await berth(['session', 'list', '--json'])).sessions.length;
+    for (const args of [['--memory', 'abc'], ['--memory', '10'], ['--memory', '99999'], ['--idle-timeout', '-5'], ['--idle-timeout=-5'], ['--cpus', '0'], ['--cpus', 'x']]) {
+      const r = await berth(['session', 'create', ...args, '--json']);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(new RegExp(`^berth: invalid_argument: ${args[0]!.split('=')[0]}: must be `));
+      expect(r.stderr).not.toMatch(NO_STACK);
+    }
+    expect((await berth(['session', 'create', '--memory', '10'])).stderr).toContain('--memory: must be an integer 64..16384 MiB, got "10"');
+    expect((await berth(['session', 'create', '--memory'])).stderr).toContain('--memory: needs a value');
     expect((await berth(['session', 'create', '--backend', 'docker'])).code).toBe(2);
+    expect((await berth(['fork', 'snp_00000000000000000000', '--count', '65'])).code).toBe(2);
+    expect((await berth(['exec', 'ses_00000000000000000000', '--timeout=-1', '--', 'ls'])).code).toBe(2);
+    expect(json(await berth(['session', 'list', '--json'])).sessions.length).toBe(before);
+  });
+  it('show prints metadata; list filters by metadata and pages with a cursor', async () => {
+    const tag = `t${Date.now()}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push(await newSession('--meta', `run=${tag}`, '--meta', `arm=${i % 2 ? 'b' : 'a'}`));
+    const shown = await berth(['session', 'show', ids[0]!]);
+    expect(shown.stdout.toString()).toMatch(new RegExp(`metadata:\\s+run=${tag} arm=a`));
+    expect(json(await berth(['session', 'show', ids[0]!, '--json'])).metadata).toEqual({ run: tag, arm: 'a' });
+    const all = json(await berth(['session', 'list', '--metadata', `run=${tag}`, '--json']));
+    expect(all.sessions.map((s: any) => s.id)).toEqual(ids);
+    expect(all.nextCursor).toBeNull();
+    const arms = json(await berth(['session', 'list', '--metadata', `run=${tag}`, '--metadata', 'arm=b', '--json']));
+    expect(arms.sessions.map((s: any) => s.id)).toEqual([ids[1], ids[3]]);
+    const seen: string[] = [];
+    let after: string | null = null;
+    for (let pages = 0; pages < 10; pages++) {
+      const r = await berth(['session', 'list', '--metadata', `run=${tag}`, '--limit', '2', ...(after ? ['--after', after] : []), '--json']);
+      expect(r.code, r.stderr).toBe(0);
+      const p = json(r);
+      expect(p.sessions.length).toBeLessThanOrEqual(2);
+      seen.push(...p.sessions.map((s: any) => s.id));
+      after = p.nextCursor;
+      if (!after) break;
+    }
+    expect(seen).toEqual(ids);
+    const text = await berth(['session', 'list', '--metadata', `run=${tag}`, '--limit', '2']);
+    expect(text.stdout.toString()).toMatch(/more: berth session list --after \S+ --limit 2/);
+    const bad = await berth(['session', 'list', '--after', 'bogus']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/^berth: invalid_argument: after: /);
+    expect((await berth(['session', 'list', '--limit', '0'])).code).toBe(2);
+    expect((await berth(['session', 'list', '--metadata', 'novalue'])).code).toBe(2);
   });
   it('--backend qemu reaches the server', async () => {
     const r = await berth(['session', 'create', '--backend', 'qemu', '--json']);
@@ -149,9 +195,21 @@ describe('berth exec', () => {
   });
   it('a bad argv from the server side is exit 1', async () => {
     const id = await newSession();
-    const r = await berth(['exec', id, '--timeout=-1', '--', 'ls']);
+    const r = await berth(['exec', id, '--cwd', 'relative', '--', 'ls']);
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/^berth: invalid_argument: timeoutMs/);
+    expect(r.stderr).toMatch(/^berth: invalid_argument: cwd/);
+  });
+  it('--json prints the events as JSON lines and keeps the command’s exit status', async () => {
+    const id = await newSession();
+    const r = await berth(['exec', id, '--json', '--', 'sh', '-c', 'echo out; echo err >&2; exit 3'], { input: '' });
+    expect(r.code).toBe(3);
+    const lines = r.stdout.toString().trimEnd().split('\n').map((l) => JSON.parse(l));
+    expect(lines[0]).toEqual({ type: 'started', execId: expect.stringMatching(/^exe_/), sessionId: id });
+    expect(lines.at(-1)).toEqual({ type: 'exit', code: 3, signal: null, timedOut: false });
+    const text = (t: string) => lines.filter((l) => l.type === t).map((l) => Buffer.from(l.data, 'base64').toString()).join('');
+    expect(text('stdout')).toBe('out\n');
+    expect(text('stderr')).toBe('err\n');
+    expect(r.stderr).toBe('');
   });
 });
 
@@ -256,7 +314,7 @@ describe('lifecycle, snapshot, fork', () => {
     const f = json(fork);
     expect(f.sessions).toHaveLength(3);
     for (const s of f.sessions) expect(s.id).toMatch(/^ses_/);
-    expect((await berth(['fork', snapshotId, '--count', '0'])).code).toBe(1);
+    expect((await berth(['fork', snapshotId, '--count', '0'])).code).toBe(2);
     expect((await berth(['fork', 'snp_00000000000000000000', '--json'])).code).toBe(1);
     expect(json(await berth(['snapshot', 'list', '--session', id, '--json'])).snapshots).toHaveLength(1);
   });
@@ -302,6 +360,32 @@ describe('environment and errors', () => {
     const h = await berth(['help']);
     expect(h.code).toBe(0);
     expect(h.stdout.toString()).toContain('exec');
+  });
+  it('unknown verbs, subcommands and flags say so with a suggestion and exit 2', async () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['sesion', 'list'], /"sesion" is not a berth command; did you mean session\?/],
+      [['session', 'lst'], /berth session: unknown subcommand "lst"; did you mean list\?/],
+      [['session', 'create', '--memroy', '512'], /berth session create: unknown flag --memroy; did you mean --memory\?/],
+      [['files', 'mkdir', 'ses_00000000000000000000', '/a', '-x'], /unknown flag -x; did you mean -p\?/],
+      [['--verison'], /unknown flag --verison; did you mean --version\?/],
+      [['session'], /berth session: missing subcommand \(create, list, show, rm\)/],
+    ];
+    for (const [args, re] of cases) {
+      const r = await berth(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(re);
+      expect(r.stderr).toMatch(/^berth: invalid_argument: /);
+      expect(r.stderr).toMatch(/\nusage: berth /);
+      expect(r.stderr).not.toMatch(NO_STACK);
+    }
+  });
+  it('--version prints package.json’s version', async () => {
+    const pkg = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8'));
+    for (const flag of ['--version', '-V']) {
+      const r = await berth([flag]);
+      expect(r.code).toBe(0);
+      expect(r.stdout.toString()).toBe(`berth ${pkg.version}\n`);
+    }
   });
   it('serve rejects bad flags as a usage error', async () => {
     const r = await berth(['serve', '--port', 'abc']);

@@ -20,9 +20,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { AppError, isAppError, type ApprovalView, type Berth, type Session } from '../sdk/index.js';
-import { parse, printJson, type Io, type VerbContext } from './common.js';
-
-const USAGE = 'berth demo [--keep] [--json]   (BERTH_URL; BERTH_TOKEN: the root key, else $BERTH_DATA/root.key)';
+import { parseCommand, printJson, type Io, type VerbContext } from './common.js';
 
 // ---- the scenario ---------------------------------------------------------------------------------------
 
@@ -340,7 +338,7 @@ function approve(berth: Berth, approvalId: string): Promise<ApprovalView> {
 // ---- the verb -------------------------------------------------------------------------------------------
 
 export async function run(ctx: VerbContext): Promise<number> {
-  const { values: v } = parse(ctx.argv, { keep: { type: 'boolean' }, json: { type: 'boolean' } }, USAGE, { max: 0 });
+  const { values: v } = parseCommand('demo', '', ctx.argv);
   const r = await runDemo({ client: ctx.client(), io: ctx.io, keep: v.keep ?? false, quiet: v.json ?? false });
   if (v.json) printJson(ctx.io, r);
   return r.ok ? 0 : 1;

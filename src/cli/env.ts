@@ -1,6 +1,6 @@
 /** The CLI's view of the environment: which server, which token. */
 import { AppError } from '../core/errors.js';
-import { Berth, resolveEnv } from '../sdk/index.js';
+import { Berth, resolveEnv } from '../sdk/node.js';
 
 export function clientFromEnv(): Berth {
   const r = resolveEnv(process.env, process.cwd());

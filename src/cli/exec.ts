@@ -1,6 +1,6 @@
-import { UsageError, kvFlags, numberFlag, parse, writeBytes, type VerbContext } from './common.js';
-
-const USAGE = 'berth exec ID [--cwd DIR] [--env K=V]… [--timeout MS] -- CMD [ARGS…]';
+import { UsageError, parseCommand, writeBytes, type VerbContext } from './common.js';
+import { commandUsage } from './usage.js';
+import { SPEC } from './commands.js';
 
 /** Exit status when --timeout killed the command (as timeout(1) does). */
 export const TIMEOUT_EXIT = 124;
@@ -9,31 +9,29 @@ export const TIMEOUT_EXIT = 124;
  * Runs a command in a session: stdout and stderr stream through as bytes, stdin is passed through when it
  * is not a terminal, and the exit status is the command's. The first Ctrl-C is forwarded as SIGINT; a
  * second one drops the connection (which kills the command).
+ *
+ * --json prints the events as JSON lines on stdout, in the form of the HTTP exec stream (ExecStreamLine):
+ * {"type":"started","execId","sessionId"}, {"type":"stdout"|"stderr","data":base64}, {"type":"exit",…}.
  */
 export async function run(ctx: VerbContext): Promise<number> {
-  const dd = ctx.argv.indexOf('--');
-  const head = dd >= 0 ? ctx.argv.slice(0, dd) : ctx.argv;
-  const { values: v, positionals } = parse(
-    head,
-    { cwd: { type: 'string' }, env: { type: 'string', multiple: true }, timeout: { type: 'string' } },
-    USAGE,
-    { min: 1 },
-  );
-  const [id, ...rest] = positionals;
-  const argv = dd >= 0 ? [...rest, ...ctx.argv.slice(dd + 1)] : rest;
-  if (argv.length === 0) throw new UsageError('missing command', USAGE);
-  const timeoutMs = numberFlag('timeout', v.timeout, USAGE, true);
+  const { values: v, positionals, rest } = parseCommand('exec', '', ctx.argv);
+  const [id, ...more] = positionals;
+  const argv = [...more, ...rest];
+  if (argv.length === 0) throw new UsageError('berth exec: missing command (after --)', commandUsage('exec', '', SPEC.exec.commands['']));
+  const timeoutMs = v.timeout;
 
   const { io } = ctx;
   const session = await ctx.client().sessions.get(id!);
   const ac = new AbortController();
   const ex = await session.exec(argv, {
     cwd: v.cwd,
-    env: kvFlags('env', v.env, USAGE),
+    env: v.env,
     timeoutMs,
     stdin: io.stdin.isTTY ? undefined : io.stdin,
     signal: ac.signal,
   });
+  const line = (o: object) => writeBytes(io.stdout, Buffer.from(`${JSON.stringify(o)}\n`));
+  if (v.json) await line({ type: 'started', execId: ex.execId, sessionId: ex.sessionId });
 
   let interrupts = 0;
   const onSigint = () => {
@@ -43,8 +41,12 @@ export async function run(ctx: VerbContext): Promise<number> {
   };
   process.on('SIGINT', onSigint);
   try {
-    for await (const ev of ex) await writeBytes(ev.type === 'stdout' ? io.stdout : io.stderr, ev.data);
+    for await (const ev of ex) {
+      if (v.json) await line({ type: ev.type, data: Buffer.from(ev.data).toString('base64') });
+      else await writeBytes(ev.type === 'stdout' ? io.stdout : io.stderr, ev.data);
+    }
     const exit = await ex.wait();
+    if (v.json) await line({ type: 'exit', code: exit.code, signal: exit.signal, timedOut: exit.timedOut });
     if (exit.timedOut) {
       io.stderr.write(`berth: command timed out after ${timeoutMs} ms\n`);
       return TIMEOUT_EXIT;

@@ -1,30 +1,19 @@
-import { UsageError, parse, printJson, println, table, writeBytes, type VerbContext } from './common.js';
-
-const USAGE = `berth files write ID PATH [--mode 644] [--json] < data
-       berth files read ID PATH > data
-       berth files list ID PATH [--json]
-       berth files stat ID PATH [--json]
-       berth files mkdir ID PATH [-p|--parents] [--json]
-       berth files rm ID PATH [-r|--recursive] [--json]`;
+import { UsageError, parseCommand, printJson, println, table, writeBytes, type VerbContext } from './common.js';
 
 export async function run(ctx: VerbContext): Promise<number> {
-  const [sub, ...argv] = ctx.argv;
-  switch (sub) {
+  switch (ctx.sub) {
     case 'write':
-      return write(ctx, argv);
+      return write(ctx);
     case 'read':
-      return read(ctx, argv);
+      return read(ctx);
     case 'list':
-    case 'ls':
-      return list(ctx, argv);
+      return list(ctx);
     case 'stat':
-      return stat(ctx, argv);
+      return stat(ctx);
     case 'mkdir':
-      return mkdir(ctx, argv);
-    case 'rm':
-      return rm(ctx, argv);
+      return mkdir(ctx);
     default:
-      throw new UsageError(sub ? `unknown subcommand ${JSON.stringify(sub)}` : 'missing subcommand', USAGE);
+      return rm(ctx);
   }
 }
 
@@ -32,9 +21,9 @@ function idAndPath(positionals: string[]): [string, string] {
   return [positionals[0]!, positionals[1]!];
 }
 
-async function write(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v, positionals } = parse(argv, { mode: { type: 'string' }, json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
-  if (v.mode !== undefined && !/^0?[0-7]{3,4}$/.test(v.mode)) throw new UsageError(`--mode: must be octal such as 644, got ${JSON.stringify(v.mode)}`, USAGE);
+async function write(ctx: VerbContext): Promise<number> {
+  const { values: v, positionals } = parseCommand('files', 'write', ctx.argv);
+  if (v.mode !== undefined && !/^0?[0-7]{3,4}$/.test(v.mode)) throw new UsageError(`--mode: must be octal such as 644, got ${JSON.stringify(v.mode)}`, 'berth files write ID PATH [--mode OCTAL] [--json] < data');
   const [id, path] = idAndPath(positionals);
   const s = await ctx.client().sessions.get(id);
   // stdin streams straight into the request body: a 100 MB file is never held whole.
@@ -44,8 +33,8 @@ async function write(ctx: VerbContext, argv: string[]): Promise<number> {
   return 0;
 }
 
-async function read(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { positionals } = parse(argv, {}, USAGE, { min: 2, max: 2 });
+async function read(ctx: VerbContext): Promise<number> {
+  const { positionals } = parseCommand('files', 'read', ctx.argv);
   const [id, path] = idAndPath(positionals);
   const s = await ctx.client().sessions.get(id);
   for await (const chunk of s.files.read(path)) await writeBytes(ctx.io.stdout, chunk);
@@ -54,8 +43,8 @@ async function read(ctx: VerbContext, argv: string[]): Promise<number> {
 
 const TYPE_CHAR: Record<string, string> = { file: '-', dir: 'd', symlink: 'l', other: '?' };
 
-async function list(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v, positionals } = parse(argv, { json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+async function list(ctx: VerbContext): Promise<number> {
+  const { values: v, positionals } = parseCommand('files', 'list', ctx.argv);
   const [id, path] = idAndPath(positionals);
   const entries = await (await ctx.client().sessions.get(id)).files.list(path);
   if (v.json) printJson(ctx.io, { path, entries });
@@ -71,8 +60,8 @@ async function list(ctx: VerbContext, argv: string[]): Promise<number> {
   return 0;
 }
 
-async function stat(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v, positionals } = parse(argv, { json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+async function stat(ctx: VerbContext): Promise<number> {
+  const { values: v, positionals } = parseCommand('files', 'stat', ctx.argv);
   const [id, path] = idAndPath(positionals);
   const st = await (await ctx.client().sessions.get(id)).files.stat(path);
   if (v.json) printJson(ctx.io, st);
@@ -80,16 +69,16 @@ async function stat(ctx: VerbContext, argv: string[]): Promise<number> {
   return 0;
 }
 
-async function mkdir(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v, positionals } = parse(argv, { parents: { type: 'boolean', short: 'p' }, json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+async function mkdir(ctx: VerbContext): Promise<number> {
+  const { values: v, positionals } = parseCommand('files', 'mkdir', ctx.argv);
   const [id, path] = idAndPath(positionals);
   await (await ctx.client().sessions.get(id)).files.mkdir(path, { parents: v.parents ?? false });
   if (v.json) printJson(ctx.io, { ok: true, path });
   return 0;
 }
 
-async function rm(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v, positionals } = parse(argv, { recursive: { type: 'boolean', short: 'r' }, json: { type: 'boolean' } }, USAGE, { min: 2, max: 2 });
+async function rm(ctx: VerbContext): Promise<number> {
+  const { values: v, positionals } = parseCommand('files', 'rm', ctx.argv);
   const [id, path] = idAndPath(positionals);
   await (await ctx.client().sessions.get(id)).files.rm(path, { recursive: v.recursive ?? false });
   if (v.json) printJson(ctx.io, { ok: true, path });

@@ -1,12 +1,11 @@
-import { parse, printJson, println, type Verb } from './common.js';
+import { parseCommand, printJson, println, type Verb } from './common.js';
 
 export type LifecycleVerb = 'pause' | 'resume' | 'hibernate' | 'wake';
 
 /** `berth pause|resume|hibernate|wake ID [--json]`: one verb, one engine transition. */
 export function lifecycle(verb: LifecycleVerb): Verb {
-  const usage = `berth ${verb} ID [--json]`;
   return async (ctx) => {
-    const { values: v, positionals } = parse(ctx.argv, { json: { type: 'boolean' } }, usage, { min: 1, max: 1 });
+    const { values: v, positionals } = parseCommand(verb, '', ctx.argv);
     const s = await ctx.client().sessions.get(positionals[0]!);
     const view = await s[verb]();
     if (v.json) printJson(ctx.io, view);

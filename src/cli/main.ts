@@ -3,86 +3,123 @@
  * SDK, report) and is loaded only when used, so `berth exec` never loads the server.
  *
  * Exit status: the verb's (for exec, the command's; 124 on --timeout); 1 on an error, printed as
- * `berth: <code>: <message>`; 2 on a usage error. Stacks are printed only with BERTH_DEBUG=1.
+ * `berth: <code>: <message>`; 2 on a usage error (EXIT_CODES in usage.ts, the README's table). Stacks are
+ * printed only with BERTH_DEBUG=1. Verbs, subcommands and flags come from one table (commands.ts).
  */
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { isAppError } from '../core/errors.js';
 import type { Berth } from '../sdk/index.js';
-import { UsageError, usageOf, type Io, type Verb, type VerbContext } from './common.js';
+import { GLOBAL_FLAGS, VERB_NAMES, verbSpec, type VerbName, type VerbSpec } from './commands.js';
+import { UsageError, parseCommand, usageOf, type Io, type Verb, type VerbContext } from './common.js';
+import { packageVersion } from '../server/version.js';
 import { clientFromEnv, debugEnabled } from './env.js';
+import { didYouMean, topHelp, verbHelp, verbUsage } from './usage.js';
 
-interface VerbEntry {
-  summary: string;
-  load(): Promise<Verb>;
-}
-
-/** The verb table. Gate verbs (tools, call, policy, plan, approvals, approve, deny, mcp, demo) go here too. */
-export const VERBS: Record<string, VerbEntry> = {
-  serve: { summary: 'run the API server', load: async () => (await import('./serve.js')).run },
-  session: { summary: 'create | list | show | rm sessions', load: async () => (await import('./session.js')).run },
-  exec: { summary: 'run a command in a session', load: async () => (await import('./exec.js')).run },
-  files: { summary: 'write | read | list | stat | mkdir | rm files in a session', load: async () => (await import('./files.js')).run },
-  pause: { summary: 'freeze a session (memory kept)', load: async () => (await import('./lifecycle.js')).lifecycle('pause') },
-  resume: { summary: 'unfreeze a paused session', load: async () => (await import('./lifecycle.js')).lifecycle('resume') },
-  hibernate: { summary: 'checkpoint a session to disk and free its RAM', load: async () => (await import('./lifecycle.js')).lifecycle('hibernate') },
-  wake: { summary: 'restore a hibernated session', load: async () => (await import('./lifecycle.js')).lifecycle('wake') },
-  snapshot: { summary: 'snapshot a session (or list | show | rm snapshots)', load: async () => (await import('./snapshot.js')).run },
-  fork: { summary: 'start N sessions from a snapshot', load: async () => (await import('./fork.js')).run },
-  tenant: { summary: 'create | list tenants (root only)', load: async () => (await import('./tenant.js')).run },
-  audit: { summary: 'query, verify or export the audit log', load: async () => (await import('./audit.js')).run },
-  tools: { summary: "list a session's tools (what its agent may call)", load: async () => (await import('./tools.js')).run },
-  call: { summary: 'call a tool through the gate (exit 0 allow, 3 deny, 4 pending)', load: async () => (await import('./call.js')).run },
-  policy: { summary: "set | show the tenant's Cedar policy", load: async () => (await import('./policy.js')).run },
-  plan: { summary: "set | show | clear a session's plan", load: async () => (await import('./plan.js')).run },
-  approvals: { summary: 'list approvals', load: async () => (await import('./approvals.js')).list },
-  approve: { summary: 'approve a parked call (it runs at once)', load: async () => (await import('./approvals.js')).approve },
-  deny: { summary: 'deny a parked call', load: async () => (await import('./approvals.js')).deny },
-  breaker: { summary: "reset a session's tripped breaker", load: async () => (await import('./breaker.js')).run },
-  tool: { summary: 'define | list operator tools', load: async () => (await import('./tool.js')).run },
-  gate: { summary: "set | show a session's gate settings", load: async () => (await import('./gate.js')).run },
-  mcp: { summary: "serve a session's tools over MCP on stdio", load: async () => (await import('./mcp.js')).run },
-  demo: { summary: 'run the Plan-then-Execute scenario against the server', load: async () => (await import('./demo.js')).run },
+/**
+ * How each verb of the table (commands.ts) is loaded. Typed by the table's keys: a verb in the table without
+ * a loader, or a loader without a table entry, does not compile.
+ */
+export const LOADERS: Record<VerbName, () => Promise<Verb>> = {
+  serve: async () => (await import('./serve.js')).run,
+  session: async () => (await import('./session.js')).run,
+  exec: async () => (await import('./exec.js')).run,
+  files: async () => (await import('./files.js')).run,
+  pause: async () => (await import('./lifecycle.js')).lifecycle('pause'),
+  resume: async () => (await import('./lifecycle.js')).lifecycle('resume'),
+  hibernate: async () => (await import('./lifecycle.js')).lifecycle('hibernate'),
+  wake: async () => (await import('./lifecycle.js')).lifecycle('wake'),
+  snapshot: async () => (await import('./snapshot.js')).run,
+  fork: async () => (await import('./fork.js')).run,
+  tenant: async () => (await import('./tenant.js')).run,
+  audit: async () => (await import('./audit.js')).run,
+  tools: async () => (await import('./tools.js')).run,
+  call: async () => (await import('./call.js')).run,
+  policy: async () => (await import('./policy.js')).run,
+  plan: async () => (await import('./plan.js')).run,
+  approvals: async () => (await import('./approvals.js')).list,
+  approve: async () => (await import('./approvals.js')).approve,
+  deny: async () => (await import('./approvals.js')).deny,
+  breaker: async () => (await import('./breaker.js')).run,
+  tool: async () => (await import('./tool.js')).run,
+  gate: async () => (await import('./gate.js')).run,
+  mcp: async () => (await import('./mcp.js')).run,
+  demo: async () => (await import('./demo.js')).run,
+  completion: async () => (await import('./completion.js')).run,
+  help: async () => helpVerb,
 };
 
-function help(): string {
-  const w = Math.max(...Object.keys(VERBS).map((k) => k.length));
-  const lines = Object.entries(VERBS).map(([k, v]) => `  ${k.padEnd(w)}  ${v.summary}`);
-  return [
-    'usage: berth VERB [ARGS…]',
-    '',
-    ...lines,
-    '',
-    'Environment: BERTH_URL (default http://127.0.0.1:7070), BERTH_TOKEN (else $BERTH_DATA/root.key; BERTH_DATA default ./.berth).',
-    '',
-  ].join('\n');
+const processIo = (): Io => ({ stdout: process.stdout, stderr: process.stderr, stdin: process.stdin });
+
+/** `berth help [VERB]`. */
+async function helpVerb(ctx: VerbContext): Promise<number> {
+  const { positionals } = parseCommand('help', '', ctx.argv);
+  const verb = positionals[0];
+  if (verb === undefined) ctx.io.stdout.write(topHelp());
+  else if (verbSpec(verb)) ctx.io.stdout.write(verbHelp(verb));
+  else throw unknownVerb(verb);
+  return 0;
 }
 
-const processIo = (): Io => ({ stdout: process.stdout, stderr: process.stderr, stdin: process.stdin });
+function unknownVerb(verb: string): UsageError {
+  return new UsageError(`${JSON.stringify(verb)} is not a berth command${didYouMean(verb, VERB_NAMES)}`, 'berth help');
+}
+
+/** Which of the verb's commands argv names: a subcommand (or alias), else the verb's own ('' ). */
+function resolveSub(verb: string, spec: VerbSpec, argv: string[]): { sub: string; argv: string[] } {
+  const named = Object.keys(spec.commands).filter((k) => k !== '');
+  const first = argv[0];
+  const canonical = first === undefined ? undefined : named.includes(first) ? first : spec.aliases?.[first];
+  if (canonical !== undefined) return { sub: canonical, argv: argv.slice(1) };
+  if ('' in spec.commands) return { sub: '', argv };
+  const usage = verbUsage(verb, spec);
+  if (first === undefined) throw new UsageError(`berth ${verb}: missing subcommand (${named.join(', ')})`, usage);
+  throw new UsageError(`berth ${verb}: unknown subcommand ${JSON.stringify(first)}${didYouMean(first, named)}`, usage);
+}
+
+/** --help or -h before any `--`: the verb's help instead of running it. */
+function wantsHelp(argv: string[]): boolean {
+  const dd = argv.indexOf('--');
+  return (dd >= 0 ? argv.slice(0, dd) : argv).some((a) => a === '--help' || a === '-h');
+}
 
 /** Runs one command line and returns the exit status; never throws. */
 export async function main(argv: string[], io: Io = processIo()): Promise<number> {
   const [verb, ...rest] = argv;
   try {
-    if (verb === undefined || verb === 'help' || verb === '--help' || verb === '-h') {
-      (verb === undefined ? io.stderr : io.stdout).write(help());
-      return verb === undefined ? 2 : 0;
+    if (verb === undefined) {
+      io.stderr.write(topHelp());
+      return 2;
     }
-    const entry = Object.hasOwn(VERBS, verb) ? VERBS[verb] : undefined;
-    if (!entry) throw new UsageError(`unknown verb ${JSON.stringify(verb)}`, 'berth help');
+    if (verb === '--help' || verb === '-h') {
+      io.stdout.write(topHelp());
+      return 0;
+    }
+    if (verb === '--version' || verb === '-V' || verb === 'version') {
+      io.stdout.write(`berth ${packageVersion()}\n`);
+      return 0;
+    }
+    if (verb.startsWith('-')) throw new UsageError(`unknown flag ${verb}${didYouMean(verb.replace(/^-+/, ''), Object.keys(GLOBAL_FLAGS), (s) => `--${s}`)} (flags go after the verb)`, 'berth VERB [ARGS…]');
+    const spec = verbSpec(verb);
+    if (!spec) throw unknownVerb(verb);
+    if (wantsHelp(rest)) {
+      io.stdout.write(verbHelp(verb));
+      return 0;
+    }
+    const { sub, argv: args } = resolveSub(verb, spec, rest);
     let client: Berth | undefined;
-    const ctx: VerbContext = { argv: rest, io, client: () => (client ??= clientFromEnv()) };
-    return await (await entry.load())(ctx);
+    const ctx: VerbContext = { sub, argv: args, io, client: () => (client ??= clientFromEnv()) };
+    return await (await LOADERS[verb as VerbName]())(ctx);
   } catch (e) {
-    return report(e, io);
+    return report(e, io, verb);
   }
 }
 
-function report(e: unknown, io: Io): number {
+function report(e: unknown, io: Io, verb: string | undefined): number {
   const usage = usageOf(e);
   if (isAppError(e)) io.stderr.write(`berth: ${e.code}: ${e.message}\n`);
   else io.stderr.write(`berth: internal: ${e instanceof Error ? e.message : String(e)}\n`);
-  if (usage) io.stderr.write(`usage: ${usage}\n`);
+  if (usage) io.stderr.write(`usage: ${usage}\n${verb && verbSpec(verb) ? `(berth ${verb} --help for more)\n` : ''}`);
   if (debugEnabled() && e instanceof Error && e.stack) io.stderr.write(`${e.stack}\n`);
   return usage ? 2 : 1;
 }

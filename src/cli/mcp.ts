@@ -10,14 +10,11 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import type { Berth } from '../sdk/index.js';
 import { createJsonLogger } from '../server/log.js';
 import { mcpServerForTools, type SessionTools } from '../server/mcp.js';
-import { UsageError, parse, type VerbContext } from './common.js';
-
-const USAGE = 'berth mcp --session ID   (BERTH_URL, BERTH_TOKEN: normally the session\'s agent token)';
+import { parseCommand, type VerbContext } from './common.js';
 
 export async function run(ctx: VerbContext): Promise<number> {
-  const { values } = parse(ctx.argv, { session: { type: 'string' } }, USAGE, { max: 0 });
-  const sessionId = values.session;
-  if (!sessionId) throw new UsageError('--session is required', USAGE);
+  const { values } = parseCommand('mcp', '', ctx.argv);
+  const sessionId = values.session!;
   const log = createJsonLogger({ write: (line) => void ctx.io.stderr.write(line) });
   const tools = tracked(sdkTools(ctx.client(), sessionId));
   // Fail now, with a plain message, rather than at the client's first request (wrong token, no session).

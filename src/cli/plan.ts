@@ -1,31 +1,27 @@
 import { readFile } from 'node:fs/promises';
-import { UsageError, parse, printJson, println, table, type VerbContext } from './common.js';
+import { UsageError, parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
-const USAGE = `berth plan set SESSION_ID FILE.json [--json]
-       berth plan show SESSION_ID [--json]
-       berth plan clear SESSION_ID [--json]`;
 
 /** `berth plan set|show|clear`: binds a session to {"objective", "steps":[{"id","tool","arguments"}]}. */
 export async function run(ctx: VerbContext): Promise<number> {
-  const [sub, ...argv] = ctx.argv;
-  const options = { json: { type: 'boolean' } } as const;
+  const sub = ctx.sub;
   const client = () => ctx.client();
   if (sub === 'set') {
-    const { values: v, positionals } = parse(argv, options, USAGE, { min: 2, max: 2 });
+    const { values: v, positionals } = parseCommand('plan', 'set', ctx.argv);
     const file = positionals[1]!;
     let plan: unknown;
     try {
       plan = JSON.parse(await readFile(file, 'utf8'));
     } catch (e) {
-      throw new UsageError(`cannot read a JSON plan from ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, USAGE);
+      throw new UsageError(`cannot read a JSON plan from ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, 'berth plan set ID FILE.json');
     }
     const p = await client().plans.set(positionals[0]!, plan);
     if (v.json) printJson(ctx.io, p);
     else println(ctx.io, `plan set: ${p.plan?.steps.length ?? 0} steps`);
     return 0;
   }
-  if (sub === 'show' || sub === 'get' || sub === 'clear') {
-    const { values: v, positionals } = parse(argv, options, USAGE, { min: 1, max: 1 });
+  {
+    const { values: v, positionals } = parseCommand('plan', sub === 'clear' ? 'clear' : 'show', ctx.argv);
     const p = sub === 'clear' ? await client().plans.clear(positionals[0]!) : await client().plans.get(positionals[0]!);
     if (v.json) printJson(ctx.io, p);
     else if (!p.plan) println(ctx.io, 'no plan');
@@ -36,5 +32,4 @@ export async function run(ctx: VerbContext): Promise<number> {
     }
     return 0;
   }
-  throw new UsageError(sub ? `unknown subcommand ${JSON.stringify(sub)}` : 'missing subcommand', USAGE);
 }

@@ -1,59 +1,29 @@
 import type { SessionView } from '../protocol/types.js';
-import type { BackendName } from '../core/sandbox.js';
-import { UsageError, kvFlags, numberFlag, parse, printJson, println, table, type VerbContext } from './common.js';
-
-const USAGE = `berth session create [--objective TEXT] [--memory MB] [--cpus N] [--idle-timeout S] [--env K=V]… [--meta K=V]… [--backend gvisor|qemu] [--tenant ID] [--json]
-       berth session list [--state S[,S…]] [--json]
-       berth session show ID [--json]
-       berth session rm ID [--json]`;
+import { parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
 export async function run(ctx: VerbContext): Promise<number> {
-  const [sub, ...argv] = ctx.argv;
-  switch (sub) {
+  switch (ctx.sub) {
     case 'create':
-      return create(ctx, argv);
+      return create(ctx);
     case 'list':
-    case 'ls':
-      return list(ctx, argv);
+      return list(ctx);
     case 'show':
-    case 'get':
-      return show(ctx, argv);
-    case 'rm':
-    case 'terminate':
-      return rm(ctx, argv);
+      return show(ctx);
     default:
-      throw new UsageError(sub ? `unknown subcommand ${JSON.stringify(sub)}` : 'missing subcommand', USAGE);
+      return rm(ctx);
   }
 }
 
-async function create(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v } = parse(
-    argv,
-    {
-      objective: { type: 'string' },
-      memory: { type: 'string' },
-      cpus: { type: 'string' },
-      'idle-timeout': { type: 'string' },
-      env: { type: 'string', multiple: true },
-      meta: { type: 'string', multiple: true },
-      backend: { type: 'string' },
-      tenant: { type: 'string' },
-      json: { type: 'boolean' },
-    },
-    USAGE,
-    { max: 0 },
-  );
-  if (v.backend !== undefined && v.backend !== 'gvisor' && v.backend !== 'qemu') {
-    throw new UsageError(`--backend: must be gvisor or qemu, got ${JSON.stringify(v.backend)}`, USAGE);
-  }
+async function create(ctx: VerbContext): Promise<number> {
+  const { values: v } = parseCommand('session', 'create', ctx.argv);
   const s = await ctx.client().sessions.create({
     objective: v.objective,
-    memoryMb: numberFlag('memory', v.memory, USAGE, true),
-    cpus: numberFlag('cpus', v.cpus, USAGE),
-    idleTimeoutS: numberFlag('idle-timeout', v['idle-timeout'], USAGE, true),
-    env: kvFlags('env', v.env, USAGE),
-    metadata: kvFlags('meta', v.meta, USAGE),
-    backend: v.backend as BackendName | undefined,
+    memoryMb: v.memory,
+    cpus: v.cpus,
+    idleTimeoutS: v['idle-timeout'],
+    env: v.env,
+    metadata: v.meta,
+    backend: v.backend as 'gvisor' | 'qemu' | undefined,
     tenantId: v.tenant,
   });
   if (v.json) printJson(ctx.io, s.toJSON());
@@ -64,22 +34,25 @@ async function create(ctx: VerbContext, argv: string[]): Promise<number> {
   return 0;
 }
 
-async function list(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v } = parse(argv, { state: { type: 'string' }, json: { type: 'boolean' } }, USAGE, { max: 0 });
+async function list(ctx: VerbContext): Promise<number> {
+  const { values: v } = parseCommand('session', 'list', ctx.argv);
   const states = v.state ? (v.state.split(',').filter(Boolean) as SessionView['state'][]) : undefined;
-  const sessions = await ctx.client().sessions.list({ states });
-  if (v.json) printJson(ctx.io, { sessions: sessions.map((s) => s.info) });
-  else if (sessions.length === 0) println(ctx.io, 'no sessions');
+  const page = await ctx.client().sessions.page({ states, metadata: v.metadata, limit: v.limit, after: v.after });
+  if (v.json) printJson(ctx.io, { sessions: page.sessions.map((s) => s.info), nextCursor: page.nextCursor });
+  else if (page.sessions.length === 0) println(ctx.io, 'no sessions');
   else {
-    const rows = [['ID', 'STATE', 'BACKEND', 'CREATED', 'OBJECTIVE']];
-    for (const s of sessions) rows.push([s.id, s.info.state, s.info.backend, s.info.createdAt, s.info.objective ?? '']);
+    const rows = [['ID', 'STATE', 'BACKEND', 'CREATED', 'OBJECTIVE', 'METADATA']];
+    for (const s of page.sessions) rows.push([s.id, s.info.state, s.info.backend, s.info.createdAt, s.info.objective ?? '', metaText(s.info.metadata)]);
     println(ctx.io, table(rows));
+    if (page.nextCursor) println(ctx.io, `more: berth session list --after ${page.nextCursor}${v.limit ? ` --limit ${v.limit}` : ''}`);
   }
   return 0;
 }
 
-async function show(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v, positionals } = parse(argv, { json: { type: 'boolean' } }, USAGE, { min: 1, max: 1 });
+const metaText = (m: Record<string, string>) => Object.entries(m).map(([k, val]) => `${k}=${val}`).join(' ');
+
+async function show(ctx: VerbContext): Promise<number> {
+  const { values: v, positionals } = parseCommand('session', 'show', ctx.argv);
   const s = await ctx.client().sessions.get(positionals[0]!);
   if (v.json) {
     printJson(ctx.io, s.info);
@@ -93,6 +66,7 @@ async function show(ctx: VerbContext, argv: string[]): Promise<number> {
     ['backend', i.backend],
     ['tenant', i.tenantId],
     ['objective', i.objective ?? '-'],
+    ['metadata', metaText(i.metadata) || '-'],
     ['resources', `${i.settings.memoryMb} MiB, ${i.settings.cpus} cpu, idle timeout ${i.settings.idleTimeoutS ? `${i.settings.idleTimeoutS} s` : 'off'}`],
     ['created', i.createdAt],
     ['last activity', i.lastActivityAt],
@@ -104,11 +78,10 @@ async function show(ctx: VerbContext, argv: string[]): Promise<number> {
   return 0;
 }
 
-async function rm(ctx: VerbContext, argv: string[]): Promise<number> {
-  const { values: v, positionals } = parse(argv, { json: { type: 'boolean' } }, USAGE, { min: 1, max: 1 });
+async function rm(ctx: VerbContext): Promise<number> {
+  const { values: v, positionals } = parseCommand('session', 'rm', ctx.argv);
   const id = positionals[0]!;
-  const client = ctx.client();
-  const s = await client.sessions.get(id);
+  const s = await ctx.client().sessions.get(id);
   await s.terminate();
   if (v.json) printJson(ctx.io, { id, state: 'terminated' });
   else println(ctx.io, `${id} terminated`);

@@ -1,19 +1,15 @@
 import type { SnapshotView } from '../protocol/types.js';
-import { parse, printJson, println, table, type VerbContext } from './common.js';
+import { parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
-const USAGE = `berth snapshot ID [--name NAME] [--json]
-       berth snapshot list [--session ID] [--json]
-       berth snapshot show SNAPSHOT [--json]
-       berth snapshot rm SNAPSHOT [--json]`;
 
 function line(s: SnapshotView): string {
   return `${s.snapshotId} of ${s.sessionId}${s.name ? ` "${s.name}"` : ''} (${s.kind}, ${s.sizeBytes} bytes, ${s.createdAt})`;
 }
 
 export async function run(ctx: VerbContext): Promise<number> {
-  const [first, ...rest] = ctx.argv;
-  if (first === 'list' || first === 'ls') {
-    const { values: v } = parse(rest, { session: { type: 'string' }, json: { type: 'boolean' } }, USAGE, { max: 0 });
+  const first = ctx.sub;
+  if (first === 'list') {
+    const { values: v } = parseCommand('snapshot', 'list', ctx.argv);
     const list = await ctx.client().snapshots.list({ sessionId: v.session });
     if (v.json) printJson(ctx.io, { snapshots: list });
     else if (list.length === 0) println(ctx.io, 'no snapshots');
@@ -21,7 +17,7 @@ export async function run(ctx: VerbContext): Promise<number> {
     return 0;
   }
   if (first === 'show' || first === 'rm') {
-    const { values: v, positionals } = parse(rest, { json: { type: 'boolean' } }, USAGE, { min: 1, max: 1 });
+    const { values: v, positionals } = parseCommand('snapshot', first, ctx.argv);
     const id = positionals[0]!;
     if (first === 'show') {
       const s = await ctx.client().snapshots.get(id);
@@ -34,7 +30,7 @@ export async function run(ctx: VerbContext): Promise<number> {
     }
     return 0;
   }
-  const { values: v, positionals } = parse(ctx.argv, { name: { type: 'string' }, json: { type: 'boolean' } }, USAGE, { min: 1, max: 1 });
+  const { values: v, positionals } = parseCommand('snapshot', '', ctx.argv);
   const s = await ctx.client().sessions.get(positionals[0]!);
   const snap = await s.snapshot({ name: v.name });
   if (v.json) printJson(ctx.io, snap);

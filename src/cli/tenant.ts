@@ -1,12 +1,9 @@
-import { UsageError, parse, printJson, println, table, type VerbContext } from './common.js';
+import { UsageError, parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
-const USAGE = `berth tenant create NAME [--json]
-       berth tenant list [--json]`;
 
 export async function run(ctx: VerbContext): Promise<number> {
-  const [sub, ...argv] = ctx.argv;
-  if (sub === 'create') {
-    const { values: v, positionals } = parse(argv, { json: { type: 'boolean' } }, USAGE, { min: 1, max: 1 });
+  if (ctx.sub === 'create') {
+    const { values: v, positionals } = parseCommand('tenant', 'create', ctx.argv);
     const t = await ctx.client().tenants.create(positionals[0]!);
     if (v.json) printJson(ctx.io, t);
     else {
@@ -15,13 +12,12 @@ export async function run(ctx: VerbContext): Promise<number> {
     }
     return 0;
   }
-  if (sub === 'list' || sub === 'ls') {
-    const { values: v } = parse(argv, { json: { type: 'boolean' } }, USAGE, { max: 0 });
+  {
+    const { values: v } = parseCommand('tenant', 'list', ctx.argv);
     const list = await ctx.client().tenants.list();
     if (v.json) printJson(ctx.io, { tenants: list });
     else if (list.length === 0) println(ctx.io, 'no tenants');
     else println(ctx.io, table([['ID', 'NAME', 'CREATED'], ...list.map((t) => [t.id, t.name, t.createdAt])]));
     return 0;
   }
-  throw new UsageError(sub ? `unknown subcommand ${JSON.stringify(sub)}` : 'missing subcommand', USAGE);
 }

@@ -1,10 +1,9 @@
-import { parse, printJson, println, table, type VerbContext } from './common.js';
+import { parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
-const USAGE = 'berth tools SESSION_ID [--json]';
 
 /** `berth tools ID`: the tools a session has; with an agent token, exactly what that agent may call. */
 export async function run(ctx: VerbContext): Promise<number> {
-  const { values: v, positionals } = parse(ctx.argv, { json: { type: 'boolean' } }, USAGE, { min: 1, max: 1 });
+  const { values: v, positionals } = parseCommand('tools', '', ctx.argv);
   const tools = await ctx.client().tools.list(positionals[0]!);
   if (v.json) printJson(ctx.io, { tools });
   else if (tools.length === 0) println(ctx.io, 'no tools');

@@ -11,13 +11,20 @@ export function encodeExecLine(line: ExecStreamLine): string {
   return `${JSON.stringify(line)}\n`;
 }
 
+// Web-platform base64 (atob/btoa), so the SDK runs in browsers too; the server encodes with its own.
+const CHUNK = 0x8000;
+
 export function bytesToBase64(data: Uint8Array): string {
-  return Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('base64');
+  let bin = '';
+  for (let i = 0; i < data.length; i += CHUNK) bin += String.fromCharCode(...data.subarray(i, i + CHUNK));
+  return btoa(bin);
 }
 
 export function base64ToBytes(s: string): Uint8Array {
-  const b = Buffer.from(s, 'base64');
-  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  const bin = atob(s);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
 }
 
 /** Parses and checks one line; throws AppError('internal') on anything the server never sends. */

@@ -44,6 +44,8 @@ export const LIMITS = {
   /** Largest JSON request body, bytes. File and stdin bodies are raw streams and have no such limit. */
   jsonBodyBytes: 1024 * 1024,
   auditLimit: 10_000,
+  /** Largest page of GET /v1/sessions (?limit). */
+  listLimit: 1000,
 } as const;
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -156,6 +158,16 @@ export const ListSessionsQuerySchema = z.object({
     .transform((s) => s.split(',').filter((x) => x !== ''))
     .pipe(z.array(SessionStateSchema))
     .optional(),
+  /** `metadata=K=V`, repeatable: only sessions carrying every one of these labels. */
+  metadata: z
+    .array(z.string().regex(/^[^=]+=/, { error: 'must be K=V' }))
+    .max(LIMITS.metadataEntries)
+    .transform((list) => Object.fromEntries(list.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])))
+    .optional(),
+  /** Page size, 1..LIMITS.listLimit; absent: every session. */
+  limit: queryInt(1, LIMITS.listLimit).optional(),
+  /** The `nextCursor` of the previous page. */
+  after: z.string().min(1).max(200).optional(),
 });
 export const ListSnapshotsQuerySchema = z.object({ sessionId: z.string().min(1).max(64).optional() });
 export const AuditQuerySchema = z.object({

@@ -46,6 +46,8 @@ export interface CreatedSessionView extends SessionView {
 
 export interface SessionListView {
   sessions: SessionView[];
+  /** Pass as `after` for the next page; null on the last page. */
+  nextCursor: string | null;
 }
 
 /** DELETE /v1/sessions/:id. */
@@ -204,6 +206,16 @@ export type AuditVerifyView =
 export interface HealthView {
   ok: boolean;
   backends: Record<string, { available: boolean; reason?: string }>;
+  /** Present while the server is starting (backends not ready yet; /v1 answers 503 unavailable). */
+  starting?: StartingView;
+}
+
+/** Startup progress: the phase (image, backends, recovery), a sentence, the latest step, seconds so far. */
+export interface StartingView {
+  phase: string;
+  message: string;
+  detail: string | null;
+  elapsedS: number;
 }
 
 export interface WireError {

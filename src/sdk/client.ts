@@ -28,13 +28,12 @@ import type {
   TenantView,
 } from '../protocol/types.js';
 import type { SessionState } from '../core/state.js';
-import { DEFAULT_URL, resolveEnv } from './env.js';
-import { Transport, type ResolvedClientOptions } from './http.js';
+import { Transport, type Query, type ResolvedClientOptions } from './http.js';
 import { Session, type CallOpts } from './session.js';
 import { ApprovalsApi, GateApi, PlansApi, PolicyApi, ToolsApi } from './gate.js';
 
 export interface BerthOptions {
-  /** Server base URL. Default 'http://127.0.0.1:7070' (Berth.fromEnv: $BERTH_URL). */
+  /** Server base URL. Default 'http://127.0.0.1:7070' (Berth.fromEnv in berth/sdk/node: $BERTH_URL). */
   url?: string;
   /**
    * Bearer token: the root key, a tenant API key or a session's agent token. Default none, so every /v1
@@ -72,7 +71,26 @@ function resolveOptions(o: BerthOptions): ResolvedClientOptions {
   return Object.freeze({ url: url.replace(/\/+$/, ''), token: o.token, fetch: f, timeoutMs });
 }
 
+export const DEFAULT_URL = 'http://127.0.0.1:7070';
+
 export type CreateSessionOptions = CreateSessionBody & CallOpts;
+
+export interface ListSessionsOptions {
+  /** Only these states. Default: every state but terminated. */
+  states?: SessionState[];
+  /** Only sessions carrying every one of these metadata labels. */
+  metadata?: Record<string, string>;
+  /** Page size, 1..1000. Default: no limit. */
+  limit?: number;
+  /** The nextCursor of the previous page. */
+  after?: string;
+}
+
+export interface SessionPage {
+  sessions: Session[];
+  /** Pass as `after` for the next page; null on the last. */
+  nextCursor: string | null;
+}
 
 const enc = (s: string) => encodeURIComponent(s);
 
@@ -104,12 +122,6 @@ export class Berth {
     this.gate = new GateApi(this.t);
   }
 
-  /** Options from BERTH_URL, BERTH_TOKEN / $BERTH_DATA/root.key; `overrides` win. */
-  static fromEnv(overrides: BerthOptions = {}): Berth {
-    const { options } = resolveEnv();
-    return new Berth({ ...options, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)) });
-  }
-
   /** GET /healthz (no token needed). */
   health(opts: CallOpts = {}): Promise<HealthView> {
     return this.t.json<HealthView>('GET', '/healthz', { root: true, acceptStatus: [503], signal: opts.signal });
@@ -127,10 +139,17 @@ class SessionsApi {
   async get(id: string, opts: CallOpts = {}): Promise<Session> {
     return new Session(this.t, await this.t.json<SessionView>('GET', `/sessions/${enc(id)}`, { signal: opts.signal }));
   }
-  async list(opts: CallOpts & { states?: SessionState[] } = {}): Promise<Session[]> {
+  /** Every session not terminated (filtered by state and metadata labels), oldest first. */
+  async list(opts: CallOpts & Omit<ListSessionsOptions, 'limit' | 'after'> = {}): Promise<Session[]> {
+    return (await this.page(opts)).sessions;
+  }
+  /** One page: at most `limit` sessions after the cursor `after` (a previous page's nextCursor). */
+  async page(opts: CallOpts & ListSessionsOptions = {}): Promise<SessionPage> {
     const state = opts.states?.length ? opts.states.join(',') : undefined;
-    const r = await this.t.json<SessionListView>('GET', '/sessions', { query: { state }, signal: opts.signal });
-    return r.sessions.map((v) => new Session(this.t, v));
+    const query: Query = { state, limit: opts.limit, after: opts.after };
+    const metadata = Object.entries(opts.metadata ?? {}).map(([k, v]) => `${k}=${v}`);
+    const r = await this.t.json<SessionListView>('GET', '/sessions', { query, multi: { metadata }, signal: opts.signal });
+    return { sessions: r.sessions.map((v) => new Session(this.t, v)), nextCursor: r.nextCursor ?? null };
   }
 }
 

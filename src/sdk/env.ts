@@ -1,9 +1,7 @@
 /** The SDK's only reader of the environment; used by Berth.fromEnv() and the CLI. */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { BerthOptions } from './client.js';
-
-export const DEFAULT_URL = 'http://127.0.0.1:7070';
+import { DEFAULT_URL, type BerthOptions } from './client.js';
 
 export interface EnvResolution {
   options: BerthOptions;

@@ -16,6 +16,8 @@ export type Query = Record<string, string | number | boolean | undefined>;
 
 export interface SendOptions {
   query?: Query;
+  /** Repeated query parameters (`metadata=a=1&metadata=b=2`). */
+  multi?: Record<string, string[]>;
   /** A JSON body. */
   json?: unknown;
   /** A raw body; a ReadableStream is streamed (duplex: 'half'). */
@@ -32,9 +34,10 @@ export interface SendOptions {
 export class Transport {
   constructor(readonly o: ResolvedClientOptions) {}
 
-  url(path: string, query?: Query, root = false): string {
+  url(path: string, query?: Query, root = false, multi?: Record<string, string[]>): string {
     const u = new URL(`${this.o.url.replace(/\/+$/, '')}${root ? '' : '/v1'}${path}`);
     for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) u.searchParams.set(k, String(v));
+    for (const [k, list] of Object.entries(multi ?? {})) for (const v of list) u.searchParams.append(k, v);
     return u.toString();
   }
 
@@ -69,7 +72,7 @@ export class Transport {
     }
     let res: Response;
     try {
-      res = await this.o.fetch(this.url(path, opts.query, opts.root), init);
+      res = await this.o.fetch(this.url(path, opts.query, opts.root, opts.multi), init);
     } catch (e) {
       throw this.failure(e, signal, `${method} ${path}`);
     }

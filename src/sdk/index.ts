@@ -1,8 +1,8 @@
-export { Berth, type BerthOptions, type CreateSessionOptions, type SessionsApi, type SnapshotsApi, type TenantsApi, type AuditApi } from './client.js';
+export { Berth, type BerthOptions, type CreateSessionOptions, type ListSessionsOptions, type SessionPage, type SessionsApi, type SnapshotsApi, type TenantsApi, type AuditApi } from './client.js';
 export { Session, SessionFiles, type CallOpts, type RunOptions, type RunResult } from './session.js';
 export { Execution, type ExecOptions, type ExecOutput, type ExecResult } from './exec.js';
 export type { BytesSource } from './streams.js';
-export { resolveEnv, DEFAULT_URL, type EnvResolution } from './env.js';
+export { DEFAULT_URL } from './client.js';
 export { AppError, isAppError, ERROR_CODES, type ErrorCode } from '../core/errors.js';
 export type * from '../protocol/types.js';
 export { ToolsApi, ApprovalsApi, PolicyApi, PlansApi, GateApi, type TenantOpts } from './gate.js';

@@ -123,8 +123,13 @@ export class Session {
 }
 
 function concat(chunks: Uint8Array[]): Uint8Array {
-  const b = Buffer.concat(chunks);
-  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  const out = new Uint8Array(chunks.reduce((n, c) => n + c.byteLength, 0));
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
 }
 
 /** Files inside a session. Paths are absolute. Transfers stream both ways and have no client deadline. */

@@ -12,7 +12,8 @@ const enc = new TextEncoder();
  * drains, and cancelling the request stops (returns) the source.
  */
 export function toBody(data: BytesSource): Uint8Array | string | ReadableStream<Uint8Array> {
-  if (typeof data === 'string' || data instanceof Uint8Array) return data;
+  // isView, not instanceof: a Uint8Array from another realm (an iframe, a vm context) is bytes too.
+  if (typeof data === 'string' || ArrayBuffer.isView(data)) return data as Uint8Array | string;
   const it = data[Symbol.asyncIterator]();
   return new ReadableStream<Uint8Array>(
     {

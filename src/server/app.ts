@@ -7,6 +7,7 @@ import { Hono } from 'hono';
 import { ConfigError, systemClock, type Clock } from '../core/index.js';
 import type { Engine } from '../engine/api.js';
 import { EXEC_HEARTBEAT_MS, type HealthView } from '../protocol/index.js';
+import { openApiDocument } from '../protocol/openapi.js';
 import type { Env, RouteDeps } from './context.js';
 import { silentLogger, type Logger } from './log.js';
 import { mcpRoutes } from './mcp-http.js';
@@ -19,6 +20,7 @@ import { gateAdminRoutes } from './routes/gate-admin.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { snapshotRoutes } from './routes/snapshots.js';
 import { tenantRoutes } from './routes/tenants.js';
+import { packageVersion } from './version.js';
 
 export interface AppOptions {
   engine: Engine;
@@ -40,6 +42,12 @@ export function createApp(opts: AppOptions): Hono<Env> {
   app.get('/healthz', (c) => {
     const h: HealthView = deps.engine.health();
     return c.json<HealthView>({ ok: h.ok, backends: h.backends }, h.ok ? 200 : 503);
+  });
+
+  let openapi: string | undefined;
+  app.get('/openapi.json', (c) => {
+    openapi ??= JSON.stringify(openApiDocument({ version: packageVersion() }));
+    return c.body(openapi, 200, { 'content-type': 'application/json' });
   });
 
   app.use('/v1/*', bearerAuth(deps.engine));

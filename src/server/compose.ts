@@ -32,6 +32,8 @@ export interface BerthOptions {
   clock?: Clock;
   defaults?: SessionManagerOptions['defaults'];
   log?: (line: string) => void;
+  /** Startup phases and build lines as they happen, for /healthz and the terminal. Default: none. */
+  progress?: { set(phase: string, message: string): void; line(text: string): void };
 }
 
 export interface Berth {
@@ -81,10 +83,12 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
 
   const drivers: Partial<Record<BackendName, SandboxDriver>> = {};
   const unavailable: Partial<Record<BackendName, string>> = {};
+  const progress = opts.progress;
   for (const b of opts.backends ?? (['gvisor', 'qemu'] as const)) {
+    progress?.set(b, b === 'gvisor' ? 'preparing the gVisor backend (the first start builds the base image, about a minute)' : 'preparing the QEMU backend');
     try {
       if (b === 'gvisor') {
-        const rootfs = await ensureRootfs({ cacheDir, log });
+        const rootfs = await ensureRootfs({ cacheDir, log: (l) => (log(l), progress?.line(l)), progress: progress && ((l) => progress.line(l)) });
         const d = new GvisorDriver({ stateDir: join(dataDir, 'gvisor'), rootfs, rootfsImage: rootfsImagePath(rootfs), agentPath, log });
         await d.probe();
         drivers.gvisor = d;
@@ -99,6 +103,7 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
     }
   }
 
+  progress?.set('recovery', 'recovering sessions');
   return composeEngine({ dataDir, store, snapshots, drivers, unavailable, rootKey: key, clock, defaults: opts.defaults, idleSweepMs: opts.idleSweepMs, log });
 }
 

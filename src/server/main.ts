@@ -1,7 +1,7 @@
 /**
  * `berth serve`: the composition root of the server and the only place on that side that reads
  * process.env. Options: flag > environment > default.
- *   --port N      (default 7070; 0 = any free port)
+ *   --port N      (else $BERTH_PORT, else 7070; 0 = any free port)
  *   --host ADDR   (default 127.0.0.1)
  *   --data DIR    (else $BERTH_DATA, else ./.berth)
  *   --database URL  (else $BERTH_DATABASE, else the SQLite file <data>/berth.db): postgres://user@host:port/db
@@ -14,6 +14,7 @@ import { createApp } from './app.js';
 import { createBerth } from './compose.js';
 import { LOG_LEVELS, createJsonLogger, type LogLevel, type Logger } from './log.js';
 import { startServer, type RunningServer } from './serve.js';
+import { StartupProgress, startingGate, terminalProgress } from './starting.js';
 
 export interface ServeOptions {
   port: number;
@@ -44,8 +45,10 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
   } catch (e) {
     throw usage((e as Error).message);
   }
-  const port = values.port === undefined ? 7070 : Number(values.port);
-  if (!/^\d+$/.test(values.port ?? '7070') || port > 65535) throw usage(`--port: must be an integer 0..65535, got ${JSON.stringify(values.port)}`);
+  const portText = values.port ?? env.BERTH_PORT ?? '7070';
+  const port = Number(portText);
+  const portName = values.port !== undefined ? '--port' : env.BERTH_PORT !== undefined ? 'BERTH_PORT' : 'port';
+  if (!/^\d+$/.test(portText) || port > 65535) throw usage(`${portName}: must be an integer 0..65535, got ${JSON.stringify(portText)}`);
   const host = values.host ?? '127.0.0.1';
   if (host === '') throw usage('--host: must not be empty');
   const level = (env.BERTH_LOG_LEVEL ?? 'info') as LogLevel;
@@ -63,15 +66,25 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
 export async function serveMain(argv: string[]): Promise<void> {
   const opts = parseServeArgs(argv, process.env, process.cwd());
   const log: Logger = createJsonLogger({ level: opts.logLevel, write: (l) => void process.stdout.write(l) });
-  const berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line) });
-  let server: RunningServer;
+  // Listen first: while the backends get ready (the first start builds the base image) /healthz reports
+  // progress and /v1 answers 503 unavailable, instead of the port refusing connections.
+  const progress = new StartupProgress();
+  const gate = startingGate(progress);
+  const server: RunningServer = await startServer({ app: gate, host: opts.host, port: opts.port, log });
+  log.info('listening', { url: server.url, dataDir: opts.dataDir, rootKeyFile: join(opts.dataDir, 'root.key'), starting: true });
+  const live = process.stderr.isTTY ? terminalProgress(progress, process.stderr) : null;
+  let berth: Awaited<ReturnType<typeof createBerth>>;
   try {
-    server = await startServer({ app: createApp({ engine: berth.engine, log }), host: opts.host, port: opts.port, log });
+    berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line), progress });
   } catch (e) {
-    await berth.close().catch(() => undefined);
+    live?.stop('start failed');
+    await server.close();
     throw e;
   }
-  log.info('listening', { url: server.url, dataDir: opts.dataDir, rootKeyFile: join(opts.dataDir, 'root.key') });
+  gate.ready(createApp({ engine: berth.engine, log }));
+  const health = berth.engine.health();
+  live?.stop(`ready on ${server.url} (${Object.entries(health.backends).map(([b, h]) => `${b} ${h.available ? 'available' : 'unavailable'}`).join(', ')})`);
+  log.info('ready', { url: server.url, startS: progress.view().elapsedS, backends: health.backends });
 
   const signal = await new Promise<NodeJS.Signals>((done) => {
     process.once('SIGINT', () => done('SIGINT'));

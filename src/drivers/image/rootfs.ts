@@ -44,6 +44,8 @@ export interface EnsureRootfsOptions {
   recipe?: RootfsRecipe;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
+  /** Every output line of the build as it comes (debootstrap's `I: Retrieving …`), for a progress display. */
+  progress?: (line: string) => void;
 }
 
 /**
@@ -78,7 +80,7 @@ export async function ensureRootfs(opts: EnsureRootfsOptions): Promise<string> {
     opts.log?.(`building base image (Debian ${recipe.suite} ${recipe.variant}) into ${dir}; this takes about a minute, once`);
     const args = [`--variant=${recipe.variant}`, `--include=${recipe.include.join(',')}`, recipe.suite, tmp, recipe.mirror];
     try {
-      await run('/usr/sbin/debootstrap', args, opts.log);
+      await run('/usr/sbin/debootstrap', args, opts.log, opts.progress);
       await postprocess(tmp);
     } catch (e) {
       await removeBuildDir(tmp);
@@ -137,12 +139,14 @@ async function postprocess(root: string): Promise<void> {
   await writeFile(join(root, '.berth-complete'), new Date().toISOString() + '\n');
 }
 
-function run(cmd: string, args: string[], log?: (l: string) => void): Promise<void> {
+function run(cmd: string, args: string[], log?: (l: string) => void, progress?: (l: string) => void): Promise<void> {
   return new Promise((resolve, reject) => {
     const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let tail = '';
     const onData = (b: Buffer) => {
-      tail = (tail + b.toString()).slice(-4000);
+      const text = b.toString();
+      if (progress) for (const l of text.split('\n')) if (l.trim()) progress(l);
+      tail = (tail + text).slice(-4000);
     };
     p.stdout.on('data', onData);
     p.stderr.on('data', onData);

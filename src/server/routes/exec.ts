@@ -7,7 +7,6 @@ import {
   NDJSON,
   SIGNALS,
   StdinQuerySchema,
-  bytesToBase64,
   encodeExecLine,
   toWireError,
   type ExecStreamLine,
@@ -65,6 +64,8 @@ function raceHeartbeat<T>(p: Promise<T>, ms: number): Promise<T | typeof HEARTBE
 }
 
 const enc = new TextEncoder();
+/** Node's encoder: exec output is the hot path (protocol's bytesToBase64 is the portable one). */
+const bytesToBase64 = (d: Uint8Array) => Buffer.from(d.buffer, d.byteOffset, d.byteLength).toString('base64');
 const line = (l: ExecStreamLine) => enc.encode(encodeExecLine(l));
 const exitLine = (x: ExecExit) => line({ type: 'exit', code: x.code, signal: x.signal, timedOut: x.timedOut });
 

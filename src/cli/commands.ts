@@ -1,0 +1,288 @@
+/**
+ * The CLI's one table of verbs, subcommands and flags. The parser (parseCommand), every `--help`, the
+ * top-level help and the shell completions are all generated from it, so they cannot drift.
+ *
+ * To add a verb: add an entry here (summary, commands with their flags), a loader in main.ts's LOADERS,
+ * and a thin file that calls parseCommand('verb', 'sub', ctx.argv). Numeric limits come from the
+ * protocol's LIMITS, the same numbers the server enforces.
+ */
+import { LIMITS } from '../protocol/schemas.js';
+
+export type FlagKind = 'bool' | 'string' | 'int' | 'number' | 'kv' | 'list' | 'choice';
+
+/** What a flag's value is, for completion: a session or snapshot id, or a local file. */
+export type Completes = 'session' | 'snapshot' | 'file';
+
+export interface Flag {
+  readonly kind: FlagKind;
+  readonly help: string;
+  /** Placeholder in usage lines, e.g. MB. Default: the flag's name in upper case. */
+  readonly arg?: string;
+  readonly short?: string;
+  /** int / number: the accepted range, inclusive. */
+  readonly min?: number;
+  readonly max?: number;
+  readonly choices?: readonly string[];
+  readonly required?: boolean;
+  readonly completes?: Completes;
+}
+
+export interface Command {
+  /** Positionals as shown in usage, e.g. 'ID PATH'. */
+  readonly args?: string;
+  readonly min?: number;
+  /** Most positionals; absent = any number. */
+  readonly max?: number;
+  /** Usage text after the flags, e.g. '-- CMD [ARGS…]'. */
+  readonly tail?: string;
+  readonly summary?: string;
+  readonly flags: Readonly<Record<string, Flag>>;
+  /** What each positional completes to, in order. */
+  readonly completes?: readonly Completes[];
+}
+
+export interface VerbSpec {
+  readonly summary: string;
+  /** Subcommands by name; '' is the verb used without one (`berth exec ID …`, `berth snapshot ID`). */
+  readonly commands: Readonly<Record<string, Command>>;
+  /** Other names for subcommands (ls → list). */
+  readonly aliases?: Readonly<Record<string, string>>;
+}
+
+const json = { kind: 'bool', help: 'print the result as JSON' } as const satisfies Flag;
+const tenant = { kind: 'string', arg: 'ID', help: 'root only: act on this tenant' } as const satisfies Flag;
+const id = { args: 'ID', min: 1, max: 1, completes: ['session'] } as const;
+const lifecycle = (summary: string) => ({ summary, commands: { '': { ...id, flags: { json } } } }) as const;
+const range = (l: { min: number; max: number }) => ({ min: l.min, max: l.max });
+
+export const SPEC = {
+  serve: {
+    summary: 'run the API server',
+    commands: {
+      '': {
+        max: 0,
+        flags: {
+          port: { kind: 'int', min: 0, max: 65535, help: 'TCP port (0: any free one); else $BERTH_PORT, else 7070' },
+          host: { kind: 'string', arg: 'ADDR', help: 'interface to bind; default 127.0.0.1' },
+          data: { kind: 'string', arg: 'DIR', completes: 'file', help: 'data directory; else $BERTH_DATA, else ./.berth' },
+          'image-cache': { kind: 'string', arg: 'DIR', completes: 'file', help: 'built images; else $BERTH_IMAGE_CACHE, else <data>/images' },
+          database: { kind: 'string', arg: 'URL', help: 'postgres://… to keep records in PostgreSQL; else $BERTH_DATABASE, else SQLite <data>/berth.db' },
+        },
+      },
+    },
+  },
+  session: {
+    summary: 'create | list | show | rm sessions',
+    aliases: { ls: 'list', get: 'show', terminate: 'rm' },
+    commands: {
+      create: {
+        max: 0,
+        summary: 'start a session; prints its id and the agent token (shown once)',
+        flags: {
+          objective: { kind: 'string', arg: 'TEXT', help: 'what the session is for' },
+          memory: { kind: 'int', arg: 'MB', ...range(LIMITS.memoryMb), help: 'memory, MiB (default 512)' },
+          cpus: { kind: 'number', arg: 'N', ...range(LIMITS.cpus), help: 'CPUs (default 1)' },
+          'idle-timeout': { kind: 'int', arg: 'S', ...range(LIMITS.idleTimeoutS), help: 'hibernate after S idle seconds (0: never, the default)' },
+          env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },
+          meta: { kind: 'kv', arg: 'K=V', help: 'metadata label (repeatable)' },
+          backend: { kind: 'choice', choices: ['gvisor', 'qemu'], help: 'sandbox backend (default gvisor)' },
+          tenant,
+          json,
+        },
+      },
+      list: {
+        max: 0,
+        summary: 'sessions not terminated, oldest first',
+        flags: {
+          state: { kind: 'string', arg: 'S[,S…]', help: 'only these states' },
+          metadata: { kind: 'kv', arg: 'K=V', help: 'only sessions with this metadata label (repeatable: all must match)' },
+          limit: { kind: 'int', arg: 'N', min: 1, max: LIMITS.listLimit, help: `at most N sessions (1..${LIMITS.listLimit})` },
+          after: { kind: 'string', arg: 'CURSOR', help: 'the next page: the nextCursor of the previous one' },
+          json,
+        },
+      },
+      show: { ...id, summary: 'state, settings, metadata, metering', flags: { json } },
+      rm: { ...id, summary: 'terminate (the machine is wiped)', flags: { json } },
+    },
+  },
+  exec: {
+    summary: 'run a command in a session',
+    commands: {
+      '': {
+        args: 'ID',
+        min: 1,
+        tail: '-- CMD [ARGS…]',
+        completes: ['session'],
+        flags: {
+          cwd: { kind: 'string', arg: 'DIR', help: 'working directory (absolute)' },
+          env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },
+          timeout: { kind: 'int', arg: 'MS', ...range(LIMITS.timeoutMs), help: 'kill the command after MS ms (exit 124)' },
+          json: { kind: 'bool', help: 'events as JSON lines (output base64), exit status still the command’s' },
+        },
+      },
+    },
+  },
+  files: {
+    summary: 'write | read | list | stat | mkdir | rm files in a session',
+    aliases: { ls: 'list' },
+    commands: {
+      write: { args: 'ID PATH', min: 2, max: 2, tail: '< data', completes: ['session'], summary: 'stdin to PATH, atomically', flags: { mode: { kind: 'string', arg: 'OCTAL', help: 'file mode, e.g. 644' }, json } },
+      read: { args: 'ID PATH', min: 2, max: 2, tail: '> data', completes: ['session'], summary: 'PATH to stdout', flags: {} },
+      list: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { json } },
+      stat: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { json } },
+      mkdir: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { parents: { kind: 'bool', short: 'p', help: 'create missing parents' }, json } },
+      rm: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { recursive: { kind: 'bool', short: 'r', help: 'remove a directory and its contents' }, json } },
+    },
+  },
+  pause: lifecycle('freeze a session (memory kept)'),
+  resume: lifecycle('unfreeze a paused session'),
+  hibernate: lifecycle('checkpoint a session to disk and free its RAM'),
+  wake: lifecycle('restore a hibernated session'),
+  snapshot: {
+    summary: 'snapshot a session (or list | show | rm snapshots)',
+    aliases: { ls: 'list' },
+    commands: {
+      '': { ...id, summary: 'snapshot a running session (it keeps running)', flags: { name: { kind: 'string', help: 'a name for the snapshot' }, json } },
+      list: { max: 0, flags: { session: { kind: 'string', arg: 'ID', completes: 'session', help: 'only snapshots of this session' }, json } },
+      show: { args: 'SNAPSHOT', min: 1, max: 1, completes: ['snapshot'], flags: { json } },
+      rm: { args: 'SNAPSHOT', min: 1, max: 1, completes: ['snapshot'], flags: { json } },
+    },
+  },
+  fork: {
+    summary: 'start N sessions from a snapshot',
+    commands: {
+      '': { args: 'SNAPSHOT', min: 1, max: 1, completes: ['snapshot'], flags: { count: { kind: 'int', arg: 'N', ...range(LIMITS.forkCount), help: 'branches (default 1)' }, json } },
+    },
+  },
+  tenant: {
+    summary: 'create | list tenants (root only)',
+    aliases: { ls: 'list' },
+    commands: { create: { args: 'NAME', min: 1, max: 1, flags: { json } }, list: { max: 0, flags: { json } } },
+  },
+  audit: {
+    summary: 'query, verify or export the audit log',
+    commands: {
+      '': {
+        max: 0,
+        summary: 'entries, oldest first',
+        flags: {
+          session: { kind: 'string', arg: 'ID', completes: 'session', help: 'only entries of this session' },
+          after: { kind: 'int', arg: 'SEQ', min: 0, max: Number.MAX_SAFE_INTEGER, help: 'entries after this sequence number' },
+          limit: { kind: 'int', arg: 'N', min: 1, max: LIMITS.auditLimit, help: `at most N entries (1..${LIMITS.auditLimit})` },
+          json,
+        },
+      },
+      verify: { max: 0, summary: 'check the hash chain (exit 1 naming the first bad entry)', flags: { json } },
+      export: {
+        max: 0,
+        summary: 'every entry as JSON Lines',
+        flags: {
+          session: { kind: 'string', arg: 'ID', completes: 'session', help: 'only entries of this session' },
+          after: { kind: 'int', arg: 'SEQ', min: 0, max: Number.MAX_SAFE_INTEGER, help: 'entries after this sequence number' },
+        },
+      },
+    },
+  },
+  tools: {
+    summary: "list a session's tools (what its agent may call)",
+    commands: { '': { ...id, flags: { json } } },
+  },
+  call: {
+    summary: 'call a tool through the gate (exit 0 allow, 3 deny, 4 pending)',
+    commands: {
+      '': {
+        args: 'ID TOOL',
+        min: 2,
+        max: 2,
+        completes: ['session'],
+        flags: { args: { kind: 'string', arg: 'JSON', help: 'the tool’s arguments, a JSON object' }, step: { kind: 'string', help: 'the plan step this call claims to be' }, json },
+      },
+    },
+  },
+  policy: {
+    summary: "set | show the tenant's Cedar policy",
+    aliases: { get: 'show' },
+    commands: {
+      set: { args: 'FILE.cedar', min: 1, max: 1, completes: ['file'], flags: { tenant, json } },
+      show: { max: 0, flags: { tenant, json } },
+    },
+  },
+  plan: {
+    summary: "set | show | clear a session's plan",
+    aliases: { get: 'show' },
+    commands: {
+      set: { args: 'ID FILE.json', min: 2, max: 2, completes: ['session', 'file'], flags: { json } },
+      show: { ...id, flags: { json } },
+      clear: { ...id, flags: { json } },
+    },
+  },
+  approvals: {
+    summary: 'list approvals',
+    aliases: { ls: 'list' },
+    commands: {
+      list: {
+        max: 0,
+        flags: {
+          state: { kind: 'string', arg: 'S[,S…]', help: 'pending, approved, denied, expired, used, cancelled' },
+          session: { kind: 'string', arg: 'ID', completes: 'session', help: 'only approvals of this session' },
+          json,
+        },
+      },
+    },
+  },
+  approve: { summary: 'approve a parked call (it runs at once)', commands: { '': { args: 'APPROVAL_ID', min: 1, max: 1, flags: { json } } } },
+  deny: {
+    summary: 'deny a parked call',
+    commands: { '': { args: 'APPROVAL_ID', min: 1, max: 1, flags: { reason: { kind: 'string', arg: 'TEXT', required: true, help: 'why (kept in the audit log)' }, json } } },
+  },
+  breaker: { summary: "reset a session's tripped breaker", commands: { reset: { ...id, flags: { json } } } },
+  tool: {
+    summary: 'define | list operator tools',
+    aliases: { ls: 'list' },
+    commands: {
+      define: { args: 'FILE.json', min: 1, max: 1, completes: ['file'], flags: { tenant, json } },
+      list: { max: 0, flags: { tenant, json } },
+    },
+  },
+  gate: {
+    summary: "set | show a session's gate settings",
+    aliases: { get: 'show' },
+    commands: {
+      set: {
+        ...id,
+        flags: {
+          'http-allow': { kind: 'list', arg: 'HOST', help: 'a host http.request may reach (repeatable; replaces the list)' },
+          'breaker-failures': { kind: 'int', arg: 'N', min: 1, max: 1_000_000, help: 'identical failures in a row that trip the breaker' },
+          'breaker-per-minute': { kind: 'int', arg: 'M', min: 1, max: 100_000, help: 'calls per minute that trip the breaker' },
+          'approval-ttl': { kind: 'int', arg: 'S', min: 0, max: 30 * 86_400, help: 'seconds an approval waits (0: forever)' },
+          tools: { kind: 'string', arg: 'NAME[,NAME…]', help: 'the tools the session has' },
+          json,
+        },
+      },
+      show: { ...id, flags: { json } },
+    },
+  },
+  mcp: {
+    summary: "serve a session's tools over MCP on stdio",
+    commands: { '': { max: 0, flags: { session: { kind: 'string', arg: 'ID', required: true, completes: 'session', help: "the session (BERTH_TOKEN: normally its agent token)" } } } },
+  },
+  demo: {
+    summary: 'run the Plan-then-Execute scenario against the server',
+    commands: { '': { max: 0, flags: { keep: { kind: 'bool', help: 'keep the session afterwards' }, json } } },
+  },
+  completion: {
+    summary: 'print a shell completion script (bash | zsh | fish)',
+    commands: { '': { args: 'bash|zsh|fish', min: 1, max: 1, flags: {} } },
+  },
+  help: { summary: 'this list, or a verb’s usage (berth help VERB)', commands: { '': { args: '[VERB]', max: 1, flags: {} } } },
+} as const satisfies Record<string, VerbSpec>;
+
+export type VerbName = keyof typeof SPEC;
+export const VERB_NAMES = Object.keys(SPEC) as VerbName[];
+
+export function verbSpec(name: string): VerbSpec | undefined {
+  return Object.hasOwn(SPEC, name) ? (SPEC as Record<string, VerbSpec>)[name] : undefined;
+}
+
+/** Global flags, accepted before any verb. */
+export const GLOBAL_FLAGS = { help: 'print usage and exit', version: 'print the version and exit' } as const;

@@ -1,0 +1,264 @@
+/**
+ * Every HTTP route, described once with the zod schemas that validate its input and its answer. The
+ * OpenAPI document (openapi.ts) is generated from this table; test/openapi.test.ts fails when the server's
+ * routing table and this one disagree, and validates real responses against the document.
+ *
+ * To add a route: one entry here, with `query` / `body` the very schemas the route parses with, and the
+ * view schema (view-schemas.ts) of each success status. Errors are documented for every route at once.
+ */
+import * as z from 'zod';
+import * as G from './gate.js';
+import * as S from './schemas.js';
+import * as V from './view-schemas.js';
+
+export type Method = 'get' | 'post' | 'put' | 'delete';
+
+/** A request or response body: JSON with a schema, raw bytes, an NDJSON stream of lines, or Cedar text. */
+export type Body =
+  | { kind: 'json'; schema: z.ZodType; description?: string }
+  | { kind: 'bytes'; description: string }
+  | { kind: 'ndjson'; line: z.ZodType; description: string }
+  | { kind: 'cedar'; schema: z.ZodType; description: string };
+
+export interface RouteDoc {
+  method: Method;
+  /** Hono's form: /v1/sessions/:id. */
+  path: string;
+  summary: string;
+  description?: string;
+  tag: string;
+  /** Who may call: everything under /v1 needs a bearer token; `agent` routes accept a session's agent token. */
+  auth: 'none' | 'operator' | 'agent';
+  query?: z.ZodObject;
+  body?: Body;
+  /** Success statuses → body. Error statuses are added for every route (ErrorBody). */
+  responses: Record<number, Body | { kind: 'none'; description: string }>;
+}
+
+/**
+ * Bodies the gate checks by hand (src/policy: tools.ts, plan.ts; the MCP SDK for JSON-RPC), not through
+ * a zod schema: documented as JSON objects in prose rather than by a second copy of those rules.
+ */
+const ToolDefinitionBody = z.record(z.string(), z.unknown()).describe('{name, description, inputSchema, outputSchema, risk: read|write|irreversible, executor: {kind: "command", argv}, pathArgs?, opaqueArgs?}');
+const PlanBody = z.record(z.string(), z.unknown()).describe('{objective, steps: [{id, tool, arguments (a JSON Schema the call\'s arguments must match), repeatable?}]}');
+const McpMessage = z.record(z.string(), z.unknown()).describe('a JSON-RPC 2.0 message of the MCP protocol');
+
+const json = (schema: z.ZodType, description?: string): Body => ({ kind: 'json', schema, ...(description ? { description } : {}) });
+const lifecycle = (verb: string, summary: string): RouteDoc => ({
+  method: 'post',
+  path: `/v1/sessions/:id/${verb}`,
+  summary,
+  tag: 'sessions',
+  auth: 'operator',
+  body: json(S.EmptyBodySchema, 'no body, or {}'),
+  responses: { 200: json(V.SessionViewSchema) },
+});
+
+export const ROUTES: RouteDoc[] = [
+  {
+    method: 'get',
+    path: '/healthz',
+    summary: 'Health and startup progress',
+    description: 'No token needed. 503 with `ok: false` when no backend is available, and with `starting` while the server is starting (every /v1 route then answers 503 `unavailable` carrying the same progress in `details.starting`).',
+    tag: 'server',
+    auth: 'none',
+    responses: { 200: json(V.HealthViewSchema), 503: json(V.HealthViewSchema, 'not ready: starting, or no backend available') },
+  },
+  {
+    method: 'get',
+    path: '/openapi.json',
+    summary: 'This document',
+    tag: 'server',
+    auth: 'none',
+    responses: { 200: { kind: 'none', description: 'the OpenAPI 3.1 document' } },
+  },
+  // ---- sessions ----
+  {
+    method: 'post',
+    path: '/v1/sessions',
+    summary: 'Create a session (resolves once its machine runs)',
+    tag: 'sessions',
+    auth: 'operator',
+    body: json(S.CreateSessionBodySchema),
+    responses: { 201: json(V.CreatedSessionViewSchema, 'the session, with its agent token (shown once)') },
+  },
+  {
+    method: 'get',
+    path: '/v1/sessions',
+    summary: 'List sessions, oldest first; filter by state and metadata, page with limit and after',
+    tag: 'sessions',
+    auth: 'operator',
+    query: S.ListSessionsQuerySchema,
+    responses: { 200: json(V.SessionListViewSchema) },
+  },
+  { method: 'get', path: '/v1/sessions/:id', summary: 'Show a session', tag: 'sessions', auth: 'operator', responses: { 200: json(V.SessionViewSchema) } },
+  { method: 'delete', path: '/v1/sessions/:id', summary: 'Terminate a session (its machine is wiped)', tag: 'sessions', auth: 'operator', responses: { 200: json(V.TerminatedViewSchema) } },
+  lifecycle('pause', 'Freeze every process (memory kept)'),
+  lifecycle('resume', 'Unfreeze a paused session'),
+  lifecycle('hibernate', 'Checkpoint to the snapshot store and release RAM and CPU'),
+  lifecycle('wake', 'Restore a hibernated session'),
+  // ---- exec ----
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/exec',
+    summary: 'Run a command; the answer streams its events',
+    description: 'The response is NDJSON (one JSON object per line): `started`, then `stdout`/`stderr` chunks (base64) as they happen, `ping` after 15 s without output, and finally `exit` or `error`. Closing the connection before `exit` kills the command. Errors found before the command starts are ordinary error responses.',
+    tag: 'exec',
+    auth: 'operator',
+    body: json(S.ExecBodySchema),
+    responses: { 200: { kind: 'ndjson', line: V.ExecStreamLineSchema, description: 'the exec event stream (each line is one ExecStreamLine)' } },
+  },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/execs/:execId/stdin',
+    summary: "Append the raw body to a command's stdin (close=true closes it after)",
+    tag: 'exec',
+    auth: 'operator',
+    query: S.StdinQuerySchema,
+    body: { kind: 'bytes', description: 'bytes for stdin, streamed' },
+    responses: { 200: json(V.StdinViewSchema) },
+  },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/execs/:execId/kill',
+    summary: "Signal a command's process group (default SIGKILL)",
+    tag: 'exec',
+    auth: 'operator',
+    body: json(S.KillBodySchema),
+    responses: { 200: json(V.KillViewSchema) },
+  },
+  // ---- files ----
+  {
+    method: 'put',
+    path: '/v1/sessions/:id/files',
+    summary: 'Write a file atomically from the raw body (streamed)',
+    tag: 'files',
+    auth: 'operator',
+    query: S.WriteFileQuerySchema,
+    body: { kind: 'bytes', description: 'the file content' },
+    responses: { 200: json(V.FileWriteViewSchema) },
+  },
+  {
+    method: 'get',
+    path: '/v1/sessions/:id/files',
+    summary: 'Read a file (streamed)',
+    tag: 'files',
+    auth: 'operator',
+    query: S.FilePathQuerySchema,
+    responses: { 200: { kind: 'bytes', description: 'the file content' } },
+  },
+  {
+    method: 'delete',
+    path: '/v1/sessions/:id/files',
+    summary: 'Remove a file or (recursive=true) a directory tree',
+    tag: 'files',
+    auth: 'operator',
+    query: S.RemoveFileQuerySchema,
+    responses: { 200: json(V.OkViewSchema) },
+  },
+  { method: 'get', path: '/v1/sessions/:id/files/list', summary: 'List a directory', tag: 'files', auth: 'operator', query: S.FilePathQuerySchema, responses: { 200: json(V.FileListViewSchema) } },
+  { method: 'get', path: '/v1/sessions/:id/files/stat', summary: 'Stat a path', tag: 'files', auth: 'operator', query: S.FilePathQuerySchema, responses: { 200: json(V.FileStatViewSchema) } },
+  { method: 'post', path: '/v1/sessions/:id/files/mkdir', summary: 'Create a directory', tag: 'files', auth: 'operator', body: json(S.MkdirBodySchema), responses: { 200: json(V.OkViewSchema) } },
+  // ---- snapshots ----
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/snapshots',
+    summary: 'Snapshot a running session (it keeps running)',
+    tag: 'snapshots',
+    auth: 'operator',
+    body: json(S.SnapshotBodySchema),
+    responses: { 201: json(V.SnapshotViewSchema) },
+  },
+  { method: 'get', path: '/v1/snapshots', summary: 'List snapshots', tag: 'snapshots', auth: 'operator', query: S.ListSnapshotsQuerySchema, responses: { 200: json(V.SnapshotListViewSchema) } },
+  { method: 'get', path: '/v1/snapshots/:id', summary: 'Show a snapshot', tag: 'snapshots', auth: 'operator', responses: { 200: json(V.SnapshotViewSchema) } },
+  { method: 'delete', path: '/v1/snapshots/:id', summary: 'Delete a snapshot', tag: 'snapshots', auth: 'operator', responses: { 200: json(V.OkViewSchema) } },
+  {
+    method: 'post',
+    path: '/v1/snapshots/:id/fork',
+    summary: 'Start count independent sessions from a snapshot, each with a fresh identity',
+    tag: 'snapshots',
+    auth: 'operator',
+    body: json(S.ForkBodySchema),
+    responses: { 201: json(V.ForkViewSchema) },
+  },
+  // ---- tenants and audit ----
+  { method: 'post', path: '/v1/tenants', summary: 'Create a tenant (root only)', tag: 'tenants', auth: 'operator', body: json(S.CreateTenantBodySchema), responses: { 201: json(V.CreatedTenantViewSchema, 'the tenant, with its API key (shown once)') } },
+  { method: 'get', path: '/v1/tenants', summary: 'List tenants', tag: 'tenants', auth: 'operator', responses: { 200: json(V.TenantListViewSchema) } },
+  { method: 'get', path: '/v1/audit', summary: 'Audit entries, oldest first', tag: 'audit', auth: 'operator', query: S.AuditQuerySchema, responses: { 200: json(V.AuditListViewSchema) } },
+  { method: 'get', path: '/v1/audit/verify', summary: 'Check the hash chain', tag: 'audit', auth: 'operator', responses: { 200: json(V.AuditVerifyViewSchema) } },
+  // ---- MCP ----
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/mcp',
+    summary: "The session's tools over MCP (streamable HTTP, stateless)",
+    description: 'A JSON-RPC 2.0 message in, its answer out (application/json or text/event-stream, as the MCP streamable-HTTP transport says). Tool calls pass the gate exactly as POST …/tools/:name/call does.',
+    tag: 'gate',
+    auth: 'agent',
+    body: { kind: 'json', schema: McpMessage, description: 'an MCP JSON-RPC message' },
+    responses: { 200: { kind: 'none', description: 'the JSON-RPC answer (JSON or an SSE stream)' }, 202: { kind: 'none', description: 'a notification was accepted' } },
+  },
+  { method: 'get', path: '/v1/sessions/:id/mcp', summary: 'Not used by the stateless transport (405)', tag: 'gate', auth: 'agent', responses: { 405: { kind: 'none', description: 'always' } } },
+  { method: 'delete', path: '/v1/sessions/:id/mcp', summary: 'Not used by the stateless transport (405)', tag: 'gate', auth: 'agent', responses: { 405: { kind: 'none', description: 'always' } } },
+  // ---- the gate ----
+  { method: 'get', path: '/v1/sessions/:id/tools', summary: 'The tools the caller may call', tag: 'gate', auth: 'agent', responses: { 200: json(V.ToolListViewSchema) } },
+  {
+    method: 'put',
+    path: '/v1/sessions/:id/tools',
+    summary: 'Choose which tools a session has',
+    tag: 'gate',
+    auth: 'operator',
+    body: json(G.InstallToolsBodySchema),
+    responses: { 200: json(V.GateViewSchema) },
+  },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/tools/:name/call',
+    summary: 'Call a tool through the gate: allow (with the result), deny (stage, code, reason) or pending (approvalId)',
+    tag: 'gate',
+    auth: 'agent',
+    body: json(G.CallBodySchema),
+    responses: { 200: json(V.CallResultViewSchema) },
+  },
+  { method: 'post', path: '/v1/sessions/:id/calls', summary: 'Call a tool named in the body', tag: 'gate', auth: 'agent', body: json(G.CallsBodySchema), responses: { 200: json(V.CallResultViewSchema) } },
+  { method: 'get', path: '/v1/sessions/:id/approvals/:approvalId', summary: "One of the session's approvals, with the result once run", tag: 'gate', auth: 'agent', responses: { 200: json(V.ApprovalViewSchema) } },
+  {
+    method: 'put',
+    path: '/v1/policy',
+    summary: "Replace the tenant's Cedar policy (a policy that does not validate is refused, the old one kept)",
+    tag: 'gate',
+    auth: 'operator',
+    query: G.TenantQuerySchema,
+    body: { kind: 'cedar', schema: G.PolicyBodySchema, description: 'the policy as text/plain, or {policy} as JSON' },
+    responses: { 200: json(V.PolicyViewSchema) },
+  },
+  { method: 'get', path: '/v1/policy', summary: "The tenant's Cedar policy", tag: 'gate', auth: 'operator', query: G.TenantQuerySchema, responses: { 200: json(V.PolicyViewSchema) } },
+  {
+    method: 'post',
+    path: '/v1/tools',
+    summary: 'Add or replace an operator tool of the tenant',
+    description: 'The definition is checked by the gate: name, description, inputSchema and outputSchema (JSON Schema), risk, and an executor `{kind: "command", argv}` run in the sandbox with the arguments as JSON on stdin.',
+    tag: 'gate',
+    auth: 'operator',
+    query: G.TenantQuerySchema,
+    body: json(ToolDefinitionBody),
+    responses: { 201: json(V.ToolDefinitionViewSchema) },
+  },
+  { method: 'get', path: '/v1/tools', summary: 'Every tool of the tenant, built-ins included', tag: 'gate', auth: 'operator', query: G.TenantQuerySchema, responses: { 200: json(V.ToolDefinitionListViewSchema) } },
+  { method: 'get', path: '/v1/approvals', summary: 'List approvals', tag: 'gate', auth: 'operator', query: G.ApprovalsQuerySchema, responses: { 200: json(V.ApprovalListViewSchema) } },
+  { method: 'post', path: '/v1/approvals/:id/approve', summary: 'Approve a parked call; it runs at once', tag: 'gate', auth: 'operator', body: json(S.EmptyBodySchema), responses: { 200: json(V.ApprovalViewSchema) } },
+  { method: 'post', path: '/v1/approvals/:id/deny', summary: 'Deny a parked call', tag: 'gate', auth: 'operator', body: json(G.DenyBodySchema), responses: { 200: json(V.ApprovalViewSchema) } },
+  { method: 'get', path: '/v1/sessions/:id/gate', summary: "A session's gate settings and breaker", tag: 'gate', auth: 'operator', responses: { 200: json(V.GateViewSchema) } },
+  { method: 'put', path: '/v1/sessions/:id/gate', summary: 'Change gate settings (fields left out keep their value)', tag: 'gate', auth: 'operator', body: json(G.GateSettingsBodySchema), responses: { 200: json(V.GateViewSchema) } },
+  { method: 'post', path: '/v1/sessions/:id/breaker/reset', summary: 'Close a tripped breaker and resume the session', tag: 'gate', auth: 'operator', body: json(S.EmptyBodySchema), responses: { 200: json(V.GateViewSchema) } },
+  { method: 'get', path: '/v1/sessions/:id/plan', summary: "A session's plan and progress", tag: 'gate', auth: 'operator', responses: { 200: json(V.PlanViewSchema) } },
+  {
+    method: 'put',
+    path: '/v1/sessions/:id/plan',
+    summary: 'Bind a session to a plan, replacing any other',
+    tag: 'gate',
+    auth: 'operator',
+    body: json(PlanBody),
+    responses: { 200: json(V.PlanViewSchema) },
+  },
+  { method: 'delete', path: '/v1/sessions/:id/plan', summary: "Clear a session's plan", tag: 'gate', auth: 'operator', responses: { 200: json(V.PlanViewSchema) } },
+];
