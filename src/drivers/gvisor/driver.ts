@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { constants as fsc, existsSync, openSync, closeSync } from 'node:fs';
 import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
 import {
   type CallOptions,
@@ -21,7 +22,8 @@ import {
   InvalidStateError,
 } from '../../core/index.js';
 import { AgentChannel } from '../agent/channel.js';
-import { freeze, freezerState, readStats, thaw } from './cgroup.js';
+import { cgroupPids, freeze, freezerState, readStats, removeCgroups, thaw } from './cgroup.js';
+import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { Runsc } from './runsc.js';
 import { ociSpec, type SandboxPaths } from './spec.js';
 
@@ -300,15 +302,56 @@ export class GvisorDriver implements SandboxDriver {
       this.live.delete(sandboxId);
       entry.channel.close();
     }
-    await thaw(sandboxId).catch(() => undefined);
-    const st = await this.runsc.state(sandboxId).catch(() => undefined);
-    if (st) {
-      if (st.status === 'running' || st.status === 'created') {
-        await this.runsc.run(['kill', sandboxId, 'KILL'], { allowFail: true, timeoutMs: 30_000 });
-      }
-      await this.runsc.run(['delete', '--force', sandboxId], { allowFail: true, timeoutMs: 30_000 });
-    }
+    await this.reap(sandboxId);
     await rm(this.dir(sandboxId), { recursive: true, force: true });
+  }
+
+  /**
+   * Kills and reaps every process of a sandbox and removes its runsc state and cgroups, whatever
+   * `runsc state` says: under load (dozens of deletes at once) runsc can report a live sandbox as gone,
+   * or fail, and trusting it leaked the sandbox. The kernel's view decides: the sandbox's cgroup members
+   * and every process naming it under this root. Throws if any is left, so the caller never reports a
+   * sandbox gone that still runs.
+   */
+  private async reap(sandboxId: string): Promise<void> {
+    // A frozen task does not die of SIGKILL until thawed.
+    await thaw(sandboxId).catch(() => undefined);
+    const st = await this.runsc.state(sandboxId, { timeoutMs: 10_000 }).catch(() => undefined);
+    if (st && (st.status === 'running' || st.status === 'created')) {
+      await this.runsc.run(['kill', sandboxId, 'KILL'], { allowFail: true, timeoutMs: 10_000 }).catch(() => undefined);
+    }
+    const deadline = Date.now() + 30_000;
+    for (let round = 0; ; round++) {
+      const pids = new Set([...(await cgroupPids(sandboxId)), ...pidsOf(await this.processes(), sandboxId)]);
+      if (pids.size === 0) break;
+      if (Date.now() > deadline) throw new SandboxError(`sandbox ${sandboxId} still has processes ${[...pids].join(', ')} after SIGKILL`);
+      for (const pid of pids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      if (round % 10 === 0) await thaw(sandboxId).catch(() => undefined);
+      await sleep(20);
+    }
+    await this.runsc.run(['delete', '--force', sandboxId], { allowFail: true, timeoutMs: 30_000 }).catch(() => undefined);
+    // runsc keeps a state file, a lock and a socket per sandbox; one it failed to delete goes here.
+    const root = join(this.opts.stateDir, 'runsc');
+    for (const f of await readdir(root).catch(() => [] as string[])) {
+      if (f.startsWith(`${sandboxId}_sandbox:`) || f === `runsc-${sandboxId}.sock`) await rm(join(root, f), { force: true });
+    }
+    let left = await removeCgroups(sandboxId);
+    for (let i = 0; left.length > 0 && i < 50; i++) {
+      await sleep(20); // the last task can take a moment to leave its cgroup after it died
+      left = await removeCgroups(sandboxId);
+    }
+    if (left.length > 0) throw new SandboxError(`cannot remove the cgroups of sandbox ${sandboxId}: ${left.join(', ')}`);
+  }
+
+  /** This state directory's runsc processes (see host.ts). */
+  private processes(): Promise<RunscProcess[]> {
+    return runscProcesses(join(this.opts.stateDir, 'runsc'), join(this.opts.stateDir, 'sandboxes'));
   }
 
   async stats(sandboxId: string): Promise<SandboxStats> {
