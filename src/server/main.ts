@@ -11,7 +11,8 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { InvalidArgumentError } from '../core/index.js';
 import { createApp } from './app.js';
-import { createBerth } from './compose.js';
+import { createBerth, type Berth } from './compose.js';
+import { lockDataDir } from './datalock.js';
 import { LOG_LEVELS, createJsonLogger, type LogLevel, type Logger } from './log.js';
 import { startServer, type RunningServer } from './serve.js';
 
@@ -63,12 +64,21 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
 export async function serveMain(argv: string[]): Promise<void> {
   const opts = parseServeArgs(argv, process.env, process.cwd());
   const log: Logger = createJsonLogger({ level: opts.logLevel, write: (l) => void process.stdout.write(l) });
-  const berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line) });
+  // Before anything is opened: a second server on this directory would adopt the first one's sandboxes.
+  const lock = lockDataDir(opts.dataDir);
+  let berth: Berth;
   let server: RunningServer;
+  try {
+    berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line) });
+  } catch (e) {
+    lock.release();
+    throw e;
+  }
   try {
     server = await startServer({ app: createApp({ engine: berth.engine, log }), host: opts.host, port: opts.port, log });
   } catch (e) {
     await berth.close().catch(() => undefined);
+    lock.release();
     throw e;
   }
   log.info('listening', { url: server.url, dataDir: opts.dataDir, rootKeyFile: join(opts.dataDir, 'root.key') });
@@ -83,5 +93,6 @@ export async function serveMain(argv: string[]): Promise<void> {
   process.once('SIGTERM', again);
   await server.close();
   await berth.close();
+  lock.release();
   log.info('stopped');
 }
