@@ -81,6 +81,8 @@ export async function serveMain(argv: string[]): Promise<void> {
     lock.release();
     throw e;
   }
+  const r = berth.recovery;
+  log.info('recovered', { adopted: r.adopted.length, failed: r.failed, orphansRemoved: r.orphansRemoved, snapshotDirsRemoved: r.snapshotDirsRemoved.length });
   log.info('listening', { url: server.url, dataDir: opts.dataDir, rootKeyFile: join(opts.dataDir, 'root.key') });
 
   const signal = await new Promise<NodeJS.Signals>((done) => {

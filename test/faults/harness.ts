@@ -98,13 +98,16 @@ export function cgroupsOf(sandboxIds: Iterable<string>): string[] {
   return out;
 }
 
-/** Everything of this data directory's sandboxes still on the host, as lines (empty: nothing left). */
-export function leftovers(dataDir: string, sandboxIds: Iterable<string> = []): string[] {
+/**
+ * Everything of this data directory's sandboxes still on the host, as lines (empty: nothing left), except
+ * what `owned` claims (it sees a process's whole command line, a state file's or cgroup's sandbox id).
+ */
+export function leftovers(dataDir: string, sandboxIds: Iterable<string> = [], owned: (text: string) => boolean = () => false): string[] {
   return [
-    ...sandboxProcesses(dataDir).map((p) => `process ${p.pid}: ${p.args.slice(0, 140)}`),
-    ...runscStateIds(dataDir).map((id) => `runsc state ${id}`),
-    ...sandboxDirs(dataDir).map((id) => `sandbox directory ${id}`),
-    ...cgroupsOf(sandboxIds).map((p) => `cgroup ${p}`),
+    ...sandboxProcesses(dataDir).filter((p) => !owned(p.args)).map((p) => `process ${p.pid}: ${p.args.slice(0, 140)}`),
+    ...runscStateIds(dataDir).filter((id) => !owned(id)).map((id) => `runsc state ${id}`),
+    ...sandboxDirs(dataDir).filter((id) => !owned(id)).map((id) => `sandbox directory ${id}`),
+    ...cgroupsOf(sandboxIds).filter((c) => !owned(c)).map((p) => `cgroup ${p}`),
   ];
 }
 
@@ -143,3 +146,17 @@ export async function exited(s: ServerProcess, ms = 60_000): Promise<{ code: num
 }
 
 export type { Session };
+
+const ALL_STATES = ['creating', 'running', 'paused', 'hibernating', 'hibernated', 'waking', 'failed', 'terminated'] as const;
+
+/**
+ * What is left on the host that no running or paused session owns: processes, runsc state, sandbox
+ * directories and cgroups (of any generation of any session the server knows).
+ */
+export async function orphans(berth: Berth, dataDir: string): Promise<string[]> {
+  const all = await berth.sessions.list({ states: [...ALL_STATES] });
+  const live = all.filter((s) => s.info.state === 'running' || s.info.state === 'paused').map((s) => s.id);
+  const owns = (text: string) => live.some((id) => text.includes(id));
+  const candidates = all.flatMap((s) => [1, 2, 3, 4].map((g) => `${s.id}-g${g}`));
+  return leftovers(dataDir, candidates, owns);
+}

@@ -230,11 +230,13 @@ export class GvisorDriver implements SandboxDriver {
   }
 
   /**
-   * Every sandbox the state directory knows, read from runsc's state files rather than `runsc list`,
-   * which would hang on a frozen (paused) sandbox.
+   * Every sandbox of this state directory: runsc's state files (not `runsc list`, which would hang on a
+   * frozen sandbox), the sandbox directories, and every process carrying this root on its command line,
+   * so a sandbox whose state file and directory were never written (a server killed mid-fork) is found too.
    */
   async list(): Promise<string[]> {
     const ids = new Set<string>();
+    for (const p of await this.processes()) if (p.sandboxId) ids.add(p.sandboxId);
     for (const f of await readdir(join(this.opts.stateDir, 'runsc')).catch(() => [] as string[])) {
       const m = /^(.+)_sandbox:(.+)\.state$/.exec(f);
       if (m) ids.add(m[2] as string);
