@@ -56,6 +56,8 @@ interface Live {
   streams: Array<{ destroy(): void }>;
   /** True while the driver itself is stopping the sandbox, so its exit is not reported as a crash. */
   stopping: boolean;
+  /** Frozen by pause(): its agent cannot answer, so the paused watch checks on it from the host. */
+  paused: boolean;
 }
 
 /**
@@ -92,6 +94,7 @@ export class GvisorDriver implements SandboxDriver {
   private readonly agentTimeoutMs: number;
   /** Removals of checkpointed sandboxes still running in the background, by sandbox id. */
   private readonly cleanups = new Map<string, Promise<void>>();
+  private pausedWatch: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: GvisorDriverOptions) {
     this.runsc = new Runsc({
@@ -198,7 +201,7 @@ export class GvisorDriver implements SandboxDriver {
       output.destroy();
       throw new SandboxError(`agent in sandbox ${sandboxId} did not answer: ${(e as Error).message}`, { cause: e });
     }
-    const entry: Live = { channel, stopping: false, streams: [input, output] };
+    const entry: Live = { channel, stopping: false, paused: false, streams: [input, output] };
     this.live.set(sandboxId, entry);
     channel.onClose(() => {
       if (this.live.get(sandboxId) !== entry) return;
@@ -248,11 +251,44 @@ export class GvisorDriver implements SandboxDriver {
   async pause(sandboxId: string): Promise<void> {
     this.channel(sandboxId);
     await freeze(sandboxId);
+    const entry = this.live.get(sandboxId);
+    if (entry) entry.paused = true;
+    this.watchPaused();
   }
 
   async resume(sandboxId: string): Promise<void> {
     this.channel(sandboxId);
     await thaw(sandboxId);
+    const entry = this.live.get(sandboxId);
+    if (entry) entry.paused = false;
+  }
+
+  /**
+   * A frozen sandbox cannot close its agent channel, and a SIGKILL sent to it (by the OOM killer, an
+   * operator, `kill -9`) stays pending until it is thawed: without a look from the host, a dead paused
+   * sandbox would show `paused` until someone resumed it. Every PAUSED_WATCH_MS the watch reads each paused
+   * sandbox's tasks from its cgroup and /proc; none left, or a SIGKILL pending, is reported as its exit.
+   */
+  private watchPaused(): void {
+    if (this.pausedWatch) return;
+    this.pausedWatch = setInterval(() => void this.checkPaused(), PAUSED_WATCH_MS);
+    this.pausedWatch.unref();
+  }
+
+  private async checkPaused(): Promise<void> {
+    const paused = [...this.live].filter(([, e]) => e.paused && !e.stopping);
+    if (paused.length === 0 && this.pausedWatch) {
+      clearInterval(this.pausedWatch);
+      this.pausedWatch = undefined;
+    }
+    for (const [sandboxId, entry] of paused) {
+      const reason = await pausedDeath(sandboxId);
+      if (!reason || this.live.get(sandboxId) !== entry || !entry.paused || entry.stopping) continue;
+      this.live.delete(sandboxId);
+      entry.stopping = true;
+      entry.channel.close();
+      for (const l of this.exitListeners) l(sandboxId, reason);
+    }
   }
 
   async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
@@ -366,6 +402,8 @@ export class GvisorDriver implements SandboxDriver {
   }
 
   async close(): Promise<void> {
+    if (this.pausedWatch) clearInterval(this.pausedWatch);
+    this.pausedWatch = undefined;
     await Promise.all(this.cleanups.values());
     for (const [, entry] of this.live) {
       entry.stopping = true;
@@ -405,6 +443,23 @@ export class GvisorDriver implements SandboxDriver {
   async remove(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
     return this.channel(sandboxId).remove(path, opts);
   }
+}
+
+/** How often paused sandboxes are looked at from the host, ms. */
+const PAUSED_WATCH_MS = 1000;
+
+/** Why a frozen sandbox is dead, or undefined while it lives: no task left, or SIGKILL pending in one. */
+async function pausedDeath(sandboxId: string): Promise<string | undefined> {
+  const pids = await cgroupPids(sandboxId);
+  if (pids.length === 0) return 'the sandbox died while paused';
+  for (const pid of pids) {
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    // SigPnd (this thread) and ShdPnd (the process): bit 8 is SIGKILL (signal 9).
+    for (const m of status.matchAll(/^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)$/gm)) {
+      if ((BigInt(`0x${m[1]}`) & 0x100n) !== 0n) return 'the sandbox was killed while paused (SIGKILL pending in the frozen sandbox)';
+    }
+  }
+  return undefined;
 }
 
 async function readManifest(imageDir: string): Promise<ImageManifest> {
