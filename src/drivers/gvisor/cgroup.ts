@@ -96,3 +96,14 @@ export async function removeCgroups(sandboxId: string): Promise<string[]> {
   }
   return left;
 }
+
+/**
+ * What a checkpoint image of the sandbox can hold at most, bytes: its anonymous memory and its shared
+ * memory (the sentry's memory file, which also backs the in-memory overlay), without the host's page cache
+ * of files the gofer read (the base image), which is not saved.
+ */
+export async function imageBound(sandboxId: string): Promise<number> {
+  const text = await readFile(path('memory', sandboxId, 'memory.stat'), 'utf8').catch(() => '');
+  const field = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+  return field('total_rss') + field('total_shmem');
+}

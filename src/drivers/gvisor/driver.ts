@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsc, existsSync, openSync, closeSync } from 'node:fs';
-import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
@@ -20,9 +20,10 @@ import {
   SandboxError,
   UnavailableError,
   InvalidStateError,
+  NoSpaceError,
 } from '../../core/index.js';
 import { AgentChannel } from '../agent/channel.js';
-import { cgroupPids, freeze, freezerState, readStats, removeCgroups, thaw } from './cgroup.js';
+import { cgroupPids, freeze, freezerState, imageBound, readStats, removeCgroups, thaw } from './cgroup.js';
 import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { Runsc } from './runsc.js';
 import { ociSpec, type SandboxPaths } from './spec.js';
@@ -295,6 +296,9 @@ export class GvisorDriver implements SandboxDriver {
     const entry = this.live.get(sandboxId);
     if (!entry) throw new NotFoundError('sandbox', sandboxId);
     const paths = JSON.parse(await readFile(join(this.dir(sandboxId), 'paths.json'), 'utf8')) as SandboxPaths;
+    // A checkpoint that runs out of room kills the sandbox (runsc stops it whatever the outcome): refuse
+    // before touching it when the image cannot fit, so the session carries on as it was.
+    await ensureRoom(sandboxId, imageDir);
     // runsc cannot checkpoint a frozen sandbox: thaw first (a paused session stays paused in the record).
     await thaw(sandboxId);
     await entry.channel.quiesce(opts);
@@ -306,6 +310,9 @@ export class GvisorDriver implements SandboxDriver {
       });
     } catch (e) {
       entry.stopping = false;
+      if (/no space left on device/i.test((e as Error).message)) {
+        throw new NoSpaceError(`no space left for the checkpoint image in ${imageDir}: ${(e as Error).message}`, { cause: e, details: { imageDir } });
+      }
       throw e;
     }
     const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...paths };
@@ -442,6 +449,26 @@ export class GvisorDriver implements SandboxDriver {
   }
   async remove(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
     return this.channel(sandboxId).remove(path, opts);
+  }
+}
+
+/** Room kept free beyond the estimate of a checkpoint image, bytes: runsc's own metadata and slack. */
+const IMAGE_MARGIN_BYTES = 64 << 20;
+
+/**
+ * Throws NoSpaceError when the image directory's filesystem has less free room than the image can take
+ * (see imageBound: the application's pages and, with the overlay in memory, its written files).
+ */
+async function ensureRoom(sandboxId: string, imageDir: string): Promise<void> {
+  const need = (await imageBound(sandboxId)) + IMAGE_MARGIN_BYTES;
+  const fs = await statfs(imageDir).catch(() => undefined);
+  if (!fs) return;
+  const free = fs.bavail * fs.bsize;
+  if (free < need) {
+    const mb = (n: number) => Math.round(n / (1 << 20));
+    throw new NoSpaceError(`not enough room for the checkpoint image in ${imageDir}: about ${mb(need)} MB needed, ${mb(free)} MB free`, {
+      details: { imageDir, neededBytes: need, freeBytes: free },
+    });
   }
 }
 
