@@ -68,6 +68,20 @@ interface Live {
 export const CHECKPOINT_FLAGS: readonly string[] = Object.freeze([]);
 export const RESTORE_FLAGS: readonly string[] = Object.freeze([]);
 
+/** A snapshot in progress: where its image goes and what the restore after it needs. */
+interface SnapshotMarker {
+  imageDir: string;
+  paths: SandboxPaths;
+}
+
+async function readMarker(file: string): Promise<SnapshotMarker | undefined> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8')) as SnapshotMarker;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Written beside a checkpoint image: what a restore must reproduce exactly. */
 interface ImageManifest extends SandboxPaths {
   version: 1;
@@ -219,6 +233,8 @@ export class GvisorDriver implements SandboxDriver {
 
   async adopt(spec: SandboxSpec, opts: CallOptions = {}): Promise<boolean> {
     if (this.live.has(spec.sandboxId)) return true;
+    const marker = await readMarker(this.markerPath(spec.sandboxId));
+    if (marker) return this.finishSnapshot(spec, marker, opts);
     if (!existsSync(join(this.dir(spec.sandboxId), 'agent.in'))) return false;
     // runsc talks to the sentry to report state, and a frozen sentry never answers: thaw first. The
     // engine re-applies pause from its record afterwards.
@@ -230,6 +246,48 @@ export class GvisorDriver implements SandboxDriver {
       return true;
     } catch {
       return false;
+    }
+  }
+
+  /** Written before a snapshot's checkpoint, removed once the sandbox runs again (see finishSnapshot). */
+  private markerPath(sandboxId: string): string {
+    this.dir(sandboxId); // validates the id
+    return join(this.opts.stateDir, 'snapshotting', `${sandboxId}.json`);
+  }
+
+  /**
+   * The server stopped in the middle of a snapshot of this sandbox (its marker is there). The checkpoint
+   * stops the sandbox and the driver restores it from the image right after: if the server died between
+   * the two, the machine is only in the image. Waits for a `runsc checkpoint` still at work (it runs in a
+   * session of its own and outlives the server), then re-attaches a sandbox that still runs, or restores
+   * the stopped one from the image under the same id and identity.
+   */
+  private async finishSnapshot(spec: SandboxSpec, m: SnapshotMarker, opts: CallOptions): Promise<boolean> {
+    const id = spec.sandboxId;
+    try {
+      for (let i = 0; i < 1200; i++) {
+        const busy = (await this.processes()).some((p) => p.args.includes('checkpoint') && p.args[p.args.length - 1] === id);
+        if (!busy) break;
+        await sleep(100);
+      }
+      const st = await this.runsc.state(id, { timeoutMs: 30_000 }).catch(() => undefined);
+      if (st?.status === 'running' && existsSync(join(this.dir(id), 'agent.in'))) {
+        if ((await freezerState(id)) !== undefined) await thaw(id).catch(() => undefined);
+        await this.attach(id, opts);
+        return true;
+      }
+      if (!existsSync(join(m.imageDir, 'checkpoint.img'))) return false;
+      this.opts.log?.(`restoring sandbox ${id} from the snapshot the server was taking when it stopped`);
+      const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...m.paths };
+      await writeFile(join(m.imageDir, 'berth-image.json'), JSON.stringify(manifest));
+      await this.destroy(id);
+      await this.start(spec, m.paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${m.imageDir}`], opts);
+      return true;
+    } catch (e) {
+      this.opts.log?.(`cannot finish the interrupted snapshot of ${id}: ${(e as Error).message}`);
+      return false;
+    } finally {
+      await rm(this.markerPath(id), { force: true });
     }
   }
 
@@ -299,6 +357,11 @@ export class GvisorDriver implements SandboxDriver {
     // A checkpoint that runs out of room kills the sandbox (runsc stops it whatever the outcome): refuse
     // before touching it when the image cannot fit, so the session carries on as it was.
     await ensureRoom(sandboxId, imageDir);
+    const marker = this.markerPath(sandboxId);
+    if (opts.leaveRunning) {
+      await mkdir(dirname(marker), { recursive: true });
+      await writeFile(marker, JSON.stringify({ imageDir, paths } satisfies SnapshotMarker));
+    }
     // runsc cannot checkpoint a frozen sandbox: thaw first (a paused session stays paused in the record).
     await thaw(sandboxId);
     await entry.channel.quiesce(opts);
@@ -310,6 +373,7 @@ export class GvisorDriver implements SandboxDriver {
       });
     } catch (e) {
       entry.stopping = false;
+      await rm(marker, { force: true });
       if (/no space left on device/i.test((e as Error).message)) {
         throw new NoSpaceError(`no space left for the checkpoint image in ${imageDir}: ${(e as Error).message}`, { cause: e, details: { imageDir } });
       }
@@ -323,8 +387,12 @@ export class GvisorDriver implements SandboxDriver {
       // runsc's own --leave-running restores the sandbox with runsc's stdio, not the agent FIFOs, so
       // the driver restores it itself, under the same id and identity: processes and memory carry on.
       const spec = JSON.parse(await readFile(join(this.dir(sandboxId), 'spec.json'), 'utf8')) as SandboxSpec;
-      await this.destroy(sandboxId);
-      await this.start(spec, paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${imageDir}`], opts);
+      try {
+        await this.destroy(sandboxId);
+        await this.start(spec, paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${imageDir}`], opts);
+      } finally {
+        await rm(marker, { force: true });
+      }
     } else {
       // The stopped container is removed off the critical path; a later destroy() of it waits for this.
       const cleanup = this.destroy(sandboxId)
