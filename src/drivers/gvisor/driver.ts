@@ -272,9 +272,10 @@ export class GvisorDriver implements SandboxDriver {
       }
       const st = await this.runsc.state(id, { timeoutMs: 30_000 }).catch(() => undefined);
       if (st?.status === 'running' && existsSync(join(this.dir(id), 'agent.in'))) {
+        // runsc may still call a checkpointed sandbox running; only an agent that answers proves it.
         if ((await freezerState(id)) !== undefined) await thaw(id).catch(() => undefined);
-        await this.attach(id, opts);
-        return true;
+        const attached = await this.attach(id, opts).then(() => true, () => false);
+        if (attached) return true;
       }
       if (!existsSync(join(m.imageDir, 'checkpoint.img'))) return false;
       this.opts.log?.(`restoring sandbox ${id} from the snapshot the server was taking when it stopped`);
