@@ -12,7 +12,7 @@
  *   - orphans: runsc processes, runsc state files or snapshot directories under the data directory that no
  *     session or snapshot record owns;
  *   - failed startups: the server did not come back;
- *   - restart time: spawn to listening (recovery, with every sandbox re-adopted, runs before it listens).
+ *   - restart time: spawn to "ready" (recovery, with every sandbox re-adopted, runs before it).
  * At the end every session is terminated and the directory must hold no sandbox at all.
  *
  * Needs root and runsc. Loopback only; stops by itself. Exits 1 when anything was lost or orphaned or a

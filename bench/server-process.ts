@@ -17,7 +17,7 @@ export interface ServerProcess {
   child: ChildProcess;
   url: string;
   token: string;
-  /** From spawn to the "listening" line (recovery runs before it). */
+  /** From spawn to the "ready" line (recovery runs before it). */
   startMs: number;
   stderr: () => string;
   stdout: () => string;
@@ -49,7 +49,8 @@ export async function startServerProcess(o: { node?: string; dataDir: string; po
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((res) => child.once('exit', (code, signal) => res({ code, signal })));
   const deadline = performance.now() + (o.timeoutMs ?? 120_000);
   while (performance.now() < deadline) {
-    const m = /"listening".*?"url":"([^"]+)"/.exec(out) ?? /"url":"([^"]+)".*?"listening"/.exec(out);
+    // "ready", not "listening": the server listens first and answers 503 until recovery and the backends are done.
+    const m = /"msg":"ready","url":"([^"]+)"/.exec(out);
     if (m) {
       const token = (await readFile(join(o.dataDir, 'root.key'), 'utf8')).trim();
       return { child, url: m[1] as string, token, startMs: performance.now() - t0, stderr: () => err, stdout: () => out, exited };

@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'policy_denied', // the gate refused a tool call
   'result_invalid', // a tool's output failed validation
   'payload_too_large',
+  'no_space', // a disk Berth writes to (checkpoint images, the data directory) has too little room
   'internal',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -73,6 +74,12 @@ export class TimeoutError extends AppError {
 export class CancelledError extends AppError {
   constructor(message = 'the operation was cancelled', opts: AppErrorOptions = {}) {
     super('cancelled', message, opts);
+  }
+}
+/** Not enough room on a disk for what was asked (a checkpoint image, say); nothing was changed. */
+export class NoSpaceError extends AppError {
+  constructor(message: string, opts: AppErrorOptions = {}) {
+    super('no_space', message, opts);
   }
 }
 export class UnavailableError extends AppError {

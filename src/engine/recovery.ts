@@ -1,7 +1,15 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { BackendName, SandboxDriver, SnapshotStore, Store } from '../core/index.js';
 import type { SessionManager } from './manager.js';
+import { mapLimit } from './lock.js';
+
+/** Sessions recovered at once. */
+const RECOVERY_CONCURRENCY = 4;
+/** Tries per session before it is marked failed, and the pause between them, ms. */
+const RECOVERY_ATTEMPTS = 2;
+const RETRY_PAUSE_MS = 500;
 
 export interface RecoveryReport {
   adopted: string[];
@@ -25,8 +33,8 @@ export async function recover(deps: {
   const { manager, store } = deps;
   const report: RecoveryReport = { adopted: [], failed: [], orphansRemoved: [], snapshotDirsRemoved: [] };
   const open = await store.sessions.list({ states: ['creating', 'running', 'paused', 'hibernating', 'waking'] });
-  for (const rec of open) {
-    await manager.withRecord(rec.id, async (r, t) => {
+  // Bounded parallel: a restart with dozens of sessions waits for the slowest few, not the sum of all.
+  await mapLimit(open, RECOVERY_CONCURRENCY, (rec) => settle(rec.id, () => manager.withRecord(rec.id, async (r, t) => {
       const d = t.driver;
       if (!d) {
         await t.transition('failed', { failureReason: `backend ${r.backend} is not available after restart`, sandboxId: null });
@@ -88,7 +96,34 @@ export async function recover(deps: {
         default:
           return;
       }
-    });
+    })));
+
+  /**
+   * One session's recovery, retried once; if it still throws, the session is failed with the reason and
+   * recovery goes on: one stuck sandbox must never keep the server from starting.
+   */
+  async function settle(id: string, step: () => Promise<void>): Promise<void> {
+    let error: unknown;
+    for (let attempt = 0; attempt < RECOVERY_ATTEMPTS; attempt++) {
+      try {
+        return await step();
+      } catch (e) {
+        error = e;
+        deps.log?.(`recovery of ${id} failed (attempt ${attempt + 1} of ${RECOVERY_ATTEMPTS}): ${(e as Error).message}`);
+        await sleep(RETRY_PAUSE_MS);
+      }
+    }
+    try {
+      await manager.withRecord(id, async (r, t) => {
+        if (r.state === 'failed' || r.state === 'terminated' || r.state === 'hibernated') return;
+        if (r.sandboxId) await t.driver?.destroy(r.sandboxId).catch((e) => deps.log?.(`cannot remove sandbox ${r.sandboxId}: ${(e as Error).message}`));
+        await t.transition('failed', { failureReason: `recovery could not re-adopt the sandbox: ${(error as Error).message}`, sandboxId: null });
+      });
+      report.adopted = report.adopted.filter((x) => x !== id);
+      if (!report.failed.includes(id)) report.failed.push(id);
+    } catch (e) {
+      deps.log?.(`cannot mark ${id} failed: ${(e as Error).message}`);
+    }
   }
 
   // Orphans: sandboxes no live record points at (e.g. the server died between runsc and the store).
@@ -103,10 +138,14 @@ export async function recover(deps: {
   }
   const known = new Set((await store.snapshots.list()).map((s) => s.id));
   for (const s of await store.sessions.list({ states: ['hibernating'] })) if (s.hibernationSnapshotId) known.add(s.hibernationSnapshotId);
-  for (const id of await deps.snapshots.list()) {
+  for (const id of await deps.snapshots.list().catch(() => [] as string[])) {
     if (known.has(id)) continue;
-    await deps.snapshots.delete(id);
-    report.snapshotDirsRemoved.push(id);
+    try {
+      await deps.snapshots.delete(id);
+      report.snapshotDirsRemoved.push(id);
+    } catch (e) {
+      deps.log?.(`cannot remove snapshot directory ${id}: ${(e as Error).message}`);
+    }
   }
   return report;
 }

@@ -8,6 +8,8 @@ import type { ErrorBody, WireError } from './types.js';
 const STATUS: Record<ErrorCode, number> = {
   invalid_argument: 400,
   payload_too_large: 413,
+  // WebDAV's Insufficient Storage: the server, not the request, is short of room.
+  no_space: 507,
   unauthenticated: 401,
   forbidden: 403,
   policy_denied: 403,
@@ -45,6 +47,8 @@ function codeForStatus(status: number): ErrorCode {
       return 'payload_too_large';
     case 499:
       return 'cancelled';
+    case 507:
+      return 'no_space';
     case 502:
     case 503:
       return 'unavailable';

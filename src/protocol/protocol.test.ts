@@ -18,6 +18,7 @@ describe('errors', () => {
     const expected: Record<string, number> = {
       invalid_argument: 400,
       payload_too_large: 413,
+      no_space: 507,
       unauthenticated: 401,
       forbidden: 403,
       policy_denied: 403,

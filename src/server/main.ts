@@ -11,7 +11,8 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { InvalidArgumentError } from '../core/index.js';
 import { createApp } from './app.js';
-import { createBerth } from './compose.js';
+import { createBerth, type Berth } from './compose.js';
+import { lockDataDir } from './datalock.js';
 import { LOG_LEVELS, createJsonLogger, type LogLevel, type Logger } from './log.js';
 import { startServer, type RunningServer } from './serve.js';
 import { StartupProgress, startingGate, terminalProgress } from './starting.js';
@@ -66,22 +67,33 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
 export async function serveMain(argv: string[]): Promise<void> {
   const opts = parseServeArgs(argv, process.env, process.cwd());
   const log: Logger = createJsonLogger({ level: opts.logLevel, write: (l) => void process.stdout.write(l) });
+  // Before anything is opened: a second server on this directory would adopt the first one's sandboxes.
+  const lock = lockDataDir(opts.dataDir);
   // Listen first: while the backends get ready (the first start builds the base image) /healthz reports
   // progress and /v1 answers 503 unavailable, instead of the port refusing connections.
   const progress = new StartupProgress();
   const gate = startingGate(progress);
-  const server: RunningServer = await startServer({ app: gate, host: opts.host, port: opts.port, log });
+  let server: RunningServer;
+  try {
+    server = await startServer({ app: gate, host: opts.host, port: opts.port, log });
+  } catch (e) {
+    lock.release();
+    throw e;
+  }
   log.info('listening', { url: server.url, dataDir: opts.dataDir, rootKeyFile: join(opts.dataDir, 'root.key'), starting: true });
   const live = process.stderr.isTTY ? terminalProgress(progress, process.stderr) : null;
-  let berth: Awaited<ReturnType<typeof createBerth>>;
+  let berth: Berth;
   try {
     berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line), progress });
   } catch (e) {
     live?.stop('start failed');
     await server.close();
+    lock.release();
     throw e;
   }
   gate.ready(createApp({ engine: berth.engine, log }));
+  const r = berth.recovery;
+  log.info('recovered', { adopted: r.adopted.length, failed: r.failed, orphansRemoved: r.orphansRemoved, snapshotDirsRemoved: r.snapshotDirsRemoved.length });
   const health = berth.engine.health();
   live?.stop(`ready on ${server.url} (${Object.entries(health.backends).map(([b, h]) => `${b} ${h.available ? 'available' : 'unavailable'}`).join(', ')})`);
   log.info('ready', { url: server.url, startS: progress.view().elapsedS, backends: health.backends });
@@ -96,5 +108,6 @@ export async function serveMain(argv: string[]): Promise<void> {
   process.once('SIGTERM', again);
   await server.close();
   await berth.close();
+  lock.release();
   log.info('stopped');
 }

@@ -2,7 +2,9 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createAdaptorServer } from '@hono/node-server';
-import { ConfigError, UnavailableError } from '../core/index.js';
+import type { Duplex } from 'node:stream';
+import { AppError, ConfigError, UnavailableError, type ErrorCode } from '../core/index.js';
+import { toErrorBody } from '../protocol/index.js';
 import { silentLogger, type Logger } from './log.js';
 
 export interface StartServerOptions {
@@ -63,6 +65,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     });
   });
   server.on('error', (e) => log.error('server error', { message: e.message }));
+  server.on('clientError', (e: NodeJS.ErrnoException, socket: Duplex) => answerClientError(e, socket, log));
 
   const bound = (server.address() as AddressInfo).port;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${bound}`;
@@ -88,4 +91,37 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     else opts.signal.addEventListener('abort', () => void close(), { once: true });
   }
   return { url, port: bound, close };
+}
+
+/** What Node's HTTP parser rejects, as a status, a code and words a client can act on. */
+function parserRejection(e: NodeJS.ErrnoException): { status: number; reason: string; code: ErrorCode; message: string } {
+  switch (e.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return { status: 431, reason: 'Request Header Fields Too Large', code: 'payload_too_large', message: 'request headers are too large (limit 16 KiB)' };
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+    case 'ERR_HTTP_HEADERS_TIMEOUT':
+      return { status: 408, reason: 'Request Timeout', code: 'timeout', message: 'the request was not received in time' };
+    case 'HPE_UNEXPECTED_CONTENT_LENGTH':
+      return { status: 400, reason: 'Bad Request', code: 'invalid_argument', message: 'malformed HTTP request: more than one Content-Length, or Content-Length with Transfer-Encoding' };
+    default:
+      return { status: 400, reason: 'Bad Request', code: 'invalid_argument', message: `malformed HTTP request: ${(e as { reason?: string }).reason ?? e.message}` };
+  }
+}
+
+/**
+ * Requests Node's parser rejects never reach the app: answer them here with the same error body as any
+ * other error (Node's default is an empty 400), then close the connection, as the parser cannot go on.
+ */
+function answerClientError(e: NodeJS.ErrnoException, socket: Duplex, log: Logger): void {
+  if (e.code === 'ECONNRESET' || !socket.writable) {
+    log.info('client went away', { code: e.code ?? 'unknown' });
+    socket.destroy();
+    return;
+  }
+  const r = parserRejection(e);
+  log.info('malformed request rejected', { status: r.status, code: e.code ?? 'unknown' });
+  const body = JSON.stringify(toErrorBody(new AppError(r.code, r.message, { details: { parserCode: e.code ?? null } })));
+  socket.end(
+    `HTTP/1.1 ${r.status} ${r.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
 }

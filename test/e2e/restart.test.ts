@@ -34,7 +34,7 @@ async function serve(dataDir: string, port: number): Promise<ChildProcess> {
   child.stdout?.on('data', (b: Buffer) => (out += b.toString()));
   child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
   for (let i = 0; i < 600; i++) {
-    if (out.includes('"listening"')) return child;
+    if (out.includes('"msg":"ready"')) return child;
     if (child.exitCode !== null) throw new Error(`berth serve exited: ${out}`);
     await sleep(100);
   }

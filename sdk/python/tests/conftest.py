@@ -60,7 +60,7 @@ def _start_server() -> Server:
                 o = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(o, dict) and o.get("msg") == "listening":
+            if isinstance(o, dict) and o.get("msg") == "ready":
                 found["url"] = o["url"]
                 ready.set()
         ready.set()

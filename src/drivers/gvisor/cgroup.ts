@@ -1,4 +1,4 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, readdir, realpath, rmdir, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxError } from '../../core/index.js';
 
@@ -62,4 +62,48 @@ export async function readStats(sandboxId: string): Promise<CgroupStats> {
     num('memory', 'memory.max_usage_in_bytes'),
   ]);
   return { cpuSeconds: cpuNs / 1e9, memoryBytes: mem, peakMemoryBytes: peak };
+}
+
+/** The cgroup v1 hierarchies mounted (cpu and cpuacct are usually one, under two names). */
+async function hierarchies(): Promise<string[]> {
+  const names = await readdir(CGROUP_ROOT).catch(() => [] as string[]);
+  return [...new Set(await Promise.all(names.map((n) => realpath(`${CGROUP_ROOT}/${n}`).catch(() => `${CGROUP_ROOT}/${n}`))))];
+}
+
+/** Every task in the sandbox's cgroup (sentry, gofer, the sentry's stubs), from the controllers runsc uses. */
+export async function cgroupPids(sandboxId: string): Promise<number[]> {
+  const pids = new Set<number>();
+  for (const c of ['freezer', 'memory', 'pids']) {
+    const text = await readFile(path(c, sandboxId, 'cgroup.procs'), 'utf8').catch(() => '');
+    for (const l of text.split('\n')) if (/^\d+$/.test(l.trim())) pids.add(Number(l.trim()));
+  }
+  return [...pids];
+}
+
+/**
+ * Removes the sandbox's cgroup under every hierarchy (runsc does so on delete, but not for a sandbox it
+ * no longer knows). A cgroup with tasks cannot be removed: returns those left.
+ */
+export async function removeCgroups(sandboxId: string): Promise<string[]> {
+  const left: string[] = [];
+  for (const h of await hierarchies()) {
+    const dir = `${h}${cgroupPath(sandboxId)}`;
+    try {
+      await rmdir(dir);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') left.push(dir);
+    }
+  }
+  return left;
+}
+
+/**
+ * What a checkpoint image of the sandbox can hold at most, bytes: its anonymous memory and its shared
+ * memory (the sentry's memory file, which also backs the in-memory overlay), without the host's page cache
+ * of files the gofer read (the base image), which is not saved.
+ */
+export async function imageBound(sandboxId: string): Promise<number> {
+  const text = await readFile(path('memory', sandboxId, 'memory.stat'), 'utf8').catch(() => '');
+  const field = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+  return field('total_rss') + field('total_shmem');
 }

@@ -1,8 +1,9 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsc, existsSync, openSync, closeSync } from 'node:fs';
-import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import { Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
 import {
   type CallOptions,
@@ -19,9 +20,11 @@ import {
   SandboxError,
   UnavailableError,
   InvalidStateError,
+  NoSpaceError,
 } from '../../core/index.js';
 import { AgentChannel } from '../agent/channel.js';
-import { freeze, freezerState, readStats, thaw } from './cgroup.js';
+import { cgroupPids, freeze, freezerState, imageBound, readStats, removeCgroups, thaw } from './cgroup.js';
+import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { Runsc } from './runsc.js';
 import { ociSpec, type SandboxPaths } from './spec.js';
 
@@ -54,6 +57,8 @@ interface Live {
   streams: Array<{ destroy(): void }>;
   /** True while the driver itself is stopping the sandbox, so its exit is not reported as a crash. */
   stopping: boolean;
+  /** Frozen by pause(): its agent cannot answer, so the paused watch checks on it from the host. */
+  paused: boolean;
 }
 
 /**
@@ -62,6 +67,20 @@ interface Live {
  */
 export const CHECKPOINT_FLAGS: readonly string[] = Object.freeze([]);
 export const RESTORE_FLAGS: readonly string[] = Object.freeze([]);
+
+/** A snapshot in progress: where its image goes and what the restore after it needs. */
+interface SnapshotMarker {
+  imageDir: string;
+  paths: SandboxPaths;
+}
+
+async function readMarker(file: string): Promise<SnapshotMarker | undefined> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8')) as SnapshotMarker;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Written beside a checkpoint image: what a restore must reproduce exactly. */
 interface ImageManifest extends SandboxPaths {
@@ -90,6 +109,7 @@ export class GvisorDriver implements SandboxDriver {
   private readonly agentTimeoutMs: number;
   /** Removals of checkpointed sandboxes still running in the background, by sandbox id. */
   private readonly cleanups = new Map<string, Promise<void>>();
+  private pausedWatch: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: GvisorDriverOptions) {
     this.runsc = new Runsc({
@@ -196,7 +216,7 @@ export class GvisorDriver implements SandboxDriver {
       output.destroy();
       throw new SandboxError(`agent in sandbox ${sandboxId} did not answer: ${(e as Error).message}`, { cause: e });
     }
-    const entry: Live = { channel, stopping: false, streams: [input, output] };
+    const entry: Live = { channel, stopping: false, paused: false, streams: [input, output] };
     this.live.set(sandboxId, entry);
     channel.onClose(() => {
       if (this.live.get(sandboxId) !== entry) return;
@@ -213,6 +233,8 @@ export class GvisorDriver implements SandboxDriver {
 
   async adopt(spec: SandboxSpec, opts: CallOptions = {}): Promise<boolean> {
     if (this.live.has(spec.sandboxId)) return true;
+    const marker = await readMarker(this.markerPath(spec.sandboxId));
+    if (marker) return this.finishSnapshot(spec, marker, opts);
     if (!existsSync(join(this.dir(spec.sandboxId), 'agent.in'))) return false;
     // runsc talks to the sentry to report state, and a frozen sentry never answers: thaw first. The
     // engine re-applies pause from its record afterwards.
@@ -227,12 +249,57 @@ export class GvisorDriver implements SandboxDriver {
     }
   }
 
+  /** Written before a snapshot's checkpoint, removed once the sandbox runs again (see finishSnapshot). */
+  private markerPath(sandboxId: string): string {
+    this.dir(sandboxId); // validates the id
+    return join(this.opts.stateDir, 'snapshotting', `${sandboxId}.json`);
+  }
+
   /**
-   * Every sandbox the state directory knows, read from runsc's state files rather than `runsc list`,
-   * which would hang on a frozen (paused) sandbox.
+   * The server stopped in the middle of a snapshot of this sandbox (its marker is there). The checkpoint
+   * stops the sandbox and the driver restores it from the image right after: if the server died between
+   * the two, the machine is only in the image. Waits for a `runsc checkpoint` still at work (it runs in a
+   * session of its own and outlives the server), then re-attaches a sandbox that still runs, or restores
+   * the stopped one from the image under the same id and identity.
+   */
+  private async finishSnapshot(spec: SandboxSpec, m: SnapshotMarker, opts: CallOptions): Promise<boolean> {
+    const id = spec.sandboxId;
+    try {
+      for (let i = 0; i < 1200; i++) {
+        const busy = (await this.processes()).some((p) => p.args.includes('checkpoint') && p.args[p.args.length - 1] === id);
+        if (!busy) break;
+        await sleep(100);
+      }
+      const st = await this.runsc.state(id, { timeoutMs: 30_000 }).catch(() => undefined);
+      if (st?.status === 'running' && existsSync(join(this.dir(id), 'agent.in'))) {
+        // runsc may still call a checkpointed sandbox running; only an agent that answers proves it.
+        if ((await freezerState(id)) !== undefined) await thaw(id).catch(() => undefined);
+        const attached = await this.attach(id, opts).then(() => true, () => false);
+        if (attached) return true;
+      }
+      if (!existsSync(join(m.imageDir, 'checkpoint.img'))) return false;
+      this.opts.log?.(`restoring sandbox ${id} from the snapshot the server was taking when it stopped`);
+      const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...m.paths };
+      await writeFile(join(m.imageDir, 'berth-image.json'), JSON.stringify(manifest));
+      await this.destroy(id);
+      await this.start(spec, m.paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${m.imageDir}`], opts);
+      return true;
+    } catch (e) {
+      this.opts.log?.(`cannot finish the interrupted snapshot of ${id}: ${(e as Error).message}`);
+      return false;
+    } finally {
+      await rm(this.markerPath(id), { force: true });
+    }
+  }
+
+  /**
+   * Every sandbox of this state directory: runsc's state files (not `runsc list`, which would hang on a
+   * frozen sandbox), the sandbox directories, and every process carrying this root on its command line,
+   * so a sandbox whose state file and directory were never written (a server killed mid-fork) is found too.
    */
   async list(): Promise<string[]> {
     const ids = new Set<string>();
+    for (const p of await this.processes()) if (p.sandboxId) ids.add(p.sandboxId);
     for (const f of await readdir(join(this.opts.stateDir, 'runsc')).catch(() => [] as string[])) {
       const m = /^(.+)_sandbox:(.+)\.state$/.exec(f);
       if (m) ids.add(m[2] as string);
@@ -244,17 +311,58 @@ export class GvisorDriver implements SandboxDriver {
   async pause(sandboxId: string): Promise<void> {
     this.channel(sandboxId);
     await freeze(sandboxId);
+    const entry = this.live.get(sandboxId);
+    if (entry) entry.paused = true;
+    this.watchPaused();
   }
 
   async resume(sandboxId: string): Promise<void> {
     this.channel(sandboxId);
     await thaw(sandboxId);
+    const entry = this.live.get(sandboxId);
+    if (entry) entry.paused = false;
+  }
+
+  /**
+   * A frozen sandbox cannot close its agent channel, and a SIGKILL sent to it (by the OOM killer, an
+   * operator, `kill -9`) stays pending until it is thawed: without a look from the host, a dead paused
+   * sandbox would show `paused` until someone resumed it. Every PAUSED_WATCH_MS the watch reads each paused
+   * sandbox's tasks from its cgroup and /proc; none left, or a SIGKILL pending, is reported as its exit.
+   */
+  private watchPaused(): void {
+    if (this.pausedWatch) return;
+    this.pausedWatch = setInterval(() => void this.checkPaused(), PAUSED_WATCH_MS);
+    this.pausedWatch.unref();
+  }
+
+  private async checkPaused(): Promise<void> {
+    const paused = [...this.live].filter(([, e]) => e.paused && !e.stopping);
+    if (paused.length === 0 && this.pausedWatch) {
+      clearInterval(this.pausedWatch);
+      this.pausedWatch = undefined;
+    }
+    for (const [sandboxId, entry] of paused) {
+      const reason = await pausedDeath(sandboxId);
+      if (!reason || this.live.get(sandboxId) !== entry || !entry.paused || entry.stopping) continue;
+      this.live.delete(sandboxId);
+      entry.stopping = true;
+      entry.channel.close();
+      for (const l of this.exitListeners) l(sandboxId, reason);
+    }
   }
 
   async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
     const entry = this.live.get(sandboxId);
     if (!entry) throw new NotFoundError('sandbox', sandboxId);
     const paths = JSON.parse(await readFile(join(this.dir(sandboxId), 'paths.json'), 'utf8')) as SandboxPaths;
+    // A checkpoint that runs out of room kills the sandbox (runsc stops it whatever the outcome): refuse
+    // before touching it when the image cannot fit, so the session carries on as it was.
+    await ensureRoom(sandboxId, imageDir);
+    const marker = this.markerPath(sandboxId);
+    if (opts.leaveRunning) {
+      await mkdir(dirname(marker), { recursive: true });
+      await writeFile(marker, JSON.stringify({ imageDir, paths } satisfies SnapshotMarker));
+    }
     // runsc cannot checkpoint a frozen sandbox: thaw first (a paused session stays paused in the record).
     await thaw(sandboxId);
     await entry.channel.quiesce(opts);
@@ -266,6 +374,10 @@ export class GvisorDriver implements SandboxDriver {
       });
     } catch (e) {
       entry.stopping = false;
+      await rm(marker, { force: true });
+      if (/no space left on device/i.test((e as Error).message)) {
+        throw new NoSpaceError(`no space left for the checkpoint image in ${imageDir}: ${(e as Error).message}`, { cause: e, details: { imageDir } });
+      }
       throw e;
     }
     const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...paths };
@@ -276,8 +388,12 @@ export class GvisorDriver implements SandboxDriver {
       // runsc's own --leave-running restores the sandbox with runsc's stdio, not the agent FIFOs, so
       // the driver restores it itself, under the same id and identity: processes and memory carry on.
       const spec = JSON.parse(await readFile(join(this.dir(sandboxId), 'spec.json'), 'utf8')) as SandboxSpec;
-      await this.destroy(sandboxId);
-      await this.start(spec, paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${imageDir}`], opts);
+      try {
+        await this.destroy(sandboxId);
+        await this.start(spec, paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${imageDir}`], opts);
+      } finally {
+        await rm(marker, { force: true });
+      }
     } else {
       // The stopped container is removed off the critical path; a later destroy() of it waits for this.
       const cleanup = this.destroy(sandboxId)
@@ -300,15 +416,56 @@ export class GvisorDriver implements SandboxDriver {
       this.live.delete(sandboxId);
       entry.channel.close();
     }
-    await thaw(sandboxId).catch(() => undefined);
-    const st = await this.runsc.state(sandboxId).catch(() => undefined);
-    if (st) {
-      if (st.status === 'running' || st.status === 'created') {
-        await this.runsc.run(['kill', sandboxId, 'KILL'], { allowFail: true, timeoutMs: 30_000 });
-      }
-      await this.runsc.run(['delete', '--force', sandboxId], { allowFail: true, timeoutMs: 30_000 });
-    }
+    await this.reap(sandboxId);
     await rm(this.dir(sandboxId), { recursive: true, force: true });
+  }
+
+  /**
+   * Kills and reaps every process of a sandbox and removes its runsc state and cgroups, whatever
+   * `runsc state` says: under load (dozens of deletes at once) runsc can report a live sandbox as gone,
+   * or fail, and trusting it leaked the sandbox. The kernel's view decides: the sandbox's cgroup members
+   * and every process naming it under this root. Throws if any is left, so the caller never reports a
+   * sandbox gone that still runs.
+   */
+  private async reap(sandboxId: string): Promise<void> {
+    // A frozen task does not die of SIGKILL until thawed.
+    await thaw(sandboxId).catch(() => undefined);
+    const st = await this.runsc.state(sandboxId, { timeoutMs: 10_000 }).catch(() => undefined);
+    if (st && (st.status === 'running' || st.status === 'created')) {
+      await this.runsc.run(['kill', sandboxId, 'KILL'], { allowFail: true, timeoutMs: 10_000 }).catch(() => undefined);
+    }
+    const deadline = Date.now() + 30_000;
+    for (let round = 0; ; round++) {
+      const pids = new Set([...(await cgroupPids(sandboxId)), ...pidsOf(await this.processes(), sandboxId)]);
+      if (pids.size === 0) break;
+      if (Date.now() > deadline) throw new SandboxError(`sandbox ${sandboxId} still has processes ${[...pids].join(', ')} after SIGKILL`);
+      for (const pid of pids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      if (round % 10 === 0) await thaw(sandboxId).catch(() => undefined);
+      await sleep(20);
+    }
+    await this.runsc.run(['delete', '--force', sandboxId], { allowFail: true, timeoutMs: 30_000 }).catch(() => undefined);
+    // runsc keeps a state file, a lock and a socket per sandbox; one it failed to delete goes here.
+    const root = join(this.opts.stateDir, 'runsc');
+    for (const f of await readdir(root).catch(() => [] as string[])) {
+      if (f.startsWith(`${sandboxId}_sandbox:`) || f === `runsc-${sandboxId}.sock`) await rm(join(root, f), { force: true });
+    }
+    let left = await removeCgroups(sandboxId);
+    for (let i = 0; left.length > 0 && i < 50; i++) {
+      await sleep(20); // the last task can take a moment to leave its cgroup after it died
+      left = await removeCgroups(sandboxId);
+    }
+    if (left.length > 0) throw new SandboxError(`cannot remove the cgroups of sandbox ${sandboxId}: ${left.join(', ')}`);
+  }
+
+  /** This state directory's runsc processes (see host.ts). */
+  private processes(): Promise<RunscProcess[]> {
+    return runscProcesses(join(this.opts.stateDir, 'runsc'), join(this.opts.stateDir, 'sandboxes'));
   }
 
   async stats(sandboxId: string): Promise<SandboxStats> {
@@ -321,6 +478,8 @@ export class GvisorDriver implements SandboxDriver {
   }
 
   async close(): Promise<void> {
+    if (this.pausedWatch) clearInterval(this.pausedWatch);
+    this.pausedWatch = undefined;
     await Promise.all(this.cleanups.values());
     for (const [, entry] of this.live) {
       entry.stopping = true;
@@ -360,6 +519,43 @@ export class GvisorDriver implements SandboxDriver {
   async remove(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
     return this.channel(sandboxId).remove(path, opts);
   }
+}
+
+/** Room kept free beyond the estimate of a checkpoint image, bytes: runsc's own metadata and slack. */
+const IMAGE_MARGIN_BYTES = 64 << 20;
+
+/**
+ * Throws NoSpaceError when the image directory's filesystem has less free room than the image can take
+ * (see imageBound: the application's pages and, with the overlay in memory, its written files).
+ */
+async function ensureRoom(sandboxId: string, imageDir: string): Promise<void> {
+  const need = (await imageBound(sandboxId)) + IMAGE_MARGIN_BYTES;
+  const fs = await statfs(imageDir).catch(() => undefined);
+  if (!fs) return;
+  const free = fs.bavail * fs.bsize;
+  if (free < need) {
+    const mb = (n: number) => Math.round(n / (1 << 20));
+    throw new NoSpaceError(`not enough room for the checkpoint image in ${imageDir}: about ${mb(need)} MB needed, ${mb(free)} MB free`, {
+      details: { imageDir, neededBytes: need, freeBytes: free },
+    });
+  }
+}
+
+/** How often paused sandboxes are looked at from the host, ms. */
+const PAUSED_WATCH_MS = 1000;
+
+/** Why a frozen sandbox is dead, or undefined while it lives: no task left, or SIGKILL pending in one. */
+async function pausedDeath(sandboxId: string): Promise<string | undefined> {
+  const pids = await cgroupPids(sandboxId);
+  if (pids.length === 0) return 'the sandbox died while paused';
+  for (const pid of pids) {
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    // SigPnd (this thread) and ShdPnd (the process): bit 8 is SIGKILL (signal 9).
+    for (const m of status.matchAll(/^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)$/gm)) {
+      if ((BigInt(`0x${m[1]}`) & 0x100n) !== 0n) return 'the sandbox was killed while paused (SIGKILL pending in the frozen sandbox)';
+    }
+  }
+  return undefined;
 }
 
 async function readManifest(imageDir: string): Promise<ImageManifest> {

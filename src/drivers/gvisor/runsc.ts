@@ -51,8 +51,12 @@ export class Runsc {
     const signal = opts.timeoutMs ? AbortSignal.any([AbortSignal.timeout(opts.timeoutMs), ...(opts.signal ? [opts.signal] : [])]) : opts.signal;
     // A donated stderr must be a file, not a pipe of ours: the sandbox inherits it and would hold the
     // pipe open forever. runsc's own messages then land in that file, which the caller reads on failure.
+    // detached: runsc runs in a session (and process group) of its own, and so does everything it forks
+    // (older runsc leaves the gofer in its caller's group). A Ctrl-C or a supervisor signalling the
+    // server's process group must not reach a sandbox: the sandboxes outlive the server and are re-adopted.
     const child = spawn(this.opts.binary, [...this.globalArgs(), ...args], {
       stdio: opts.stdio ?? ['ignore', 'pipe', 'pipe'],
+      detached: true,
     });
     let stdout = '';
     let stderr = '';

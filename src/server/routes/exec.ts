@@ -89,6 +89,8 @@ function execStream(o: { sessionId: string; execId: string; handle: ExecHandle; 
       try {
         pending ??= it.next();
         const r = await raceHeartbeat(pending, heartbeatMs);
+        // The client went away while we waited (cancel() ran): the stream is closed, nothing more to write.
+        if (finished) return;
         if (r === HEARTBEAT) {
           ctrl.enqueue(line({ type: 'ping' }));
           return;
@@ -105,6 +107,7 @@ function execStream(o: { sessionId: string; execId: string; handle: ExecHandle; 
         }
         ctrl.enqueue(line({ type: ev.type, data: bytesToBase64(ev.data) }));
       } catch (e) {
+        if (finished) return; // cancelled meanwhile: cancel() logged the disconnect
         finished = true;
         if (!isAppError(e)) o.log.error('exec stream failed', { execId: o.execId, message: (e as Error).message, stack: (e as Error).stack });
         ctrl.enqueue(line({ type: 'error', error: toWireError(e) }));

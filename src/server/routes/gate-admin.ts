@@ -22,6 +22,9 @@ import {
 } from '../../protocol/index.js';
 import { idParam, principal, readJson, readQuery, readText, type Ctx, type Env, type RouteDeps } from '../context.js';
 
+/** A UTF-16 surrogate without its pair: not a Unicode character, so not policy text. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 export function toPolicyView(i: TenantPolicyInfo): PolicyView {
   return { ...i, updatedAt: isoOrNull(i.updatedAt), warnings: [...i.warnings] };
 }
@@ -73,6 +76,8 @@ export function gateAdminRoutes({ engine }: RouteDeps): Hono<Env> {
     const q = readQuery(c, TenantQuerySchema);
     const type = c.req.header('content-type') ?? '';
     const text = /^application\/json\b/i.test(type) ? (await readJson(c, PolicyBodySchema)).policy : await readText(c, (1 << 20) + 1);
+    // JSON may carry a lone surrogate ("\ud800"), which no policy text can contain (Cedar fails inside).
+    if (LONE_SURROGATE.test(text)) throw new InvalidArgumentError('policy: not well-formed Unicode (a lone surrogate)', { details: { field: 'policy' } });
     return c.json<PolicyView>(toPolicyView(await engine.gate.setPolicy(principal(c), text, q)));
   });
 
