@@ -1,25 +1,19 @@
 import { numberFlag, parse, printJson, println, table, writeBytes, type VerbContext } from './common.js';
+import * as proofs from './audit-proofs.js';
 
 const USAGE = `berth audit [--session ID] [--after SEQ] [--limit N] [--json]
-       berth audit verify [--json]
-       berth audit export [--session ID] [--after SEQ]`;
+       berth audit export [--session ID] [--after SEQ]
+       ${proofs.PROOF_USAGE}`;
 
 /** Entries fetched per request while exporting (the server's largest page). */
 const EXPORT_PAGE = 10_000;
 
 export async function run(ctx: VerbContext): Promise<number> {
   if (ctx.argv[0] === 'export') return exportLines(ctx);
-  if (ctx.argv[0] === 'verify') {
-    const { values: v } = parse(ctx.argv.slice(1), { json: { type: 'boolean' } }, USAGE, { max: 0 });
-    const r = await ctx.client().audit.verify();
-    if (v.json) printJson(ctx.io, r);
-    else if (r.ok) println(ctx.io, `ok: ${r.entries} entries, head ${r.headHash}`);
-    if (!r.ok) {
-      ctx.io.stderr.write(`berth: audit chain broken at seq ${r.firstBadSeq} (${r.problem})\n`);
-      return 1;
-    }
-    return 0;
-  }
+  if (ctx.argv[0] === 'verify') return proofs.verify(ctx);
+  if (ctx.argv[0] === 'key') return proofs.key(ctx);
+  if (ctx.argv[0] === 'checkpoint') return proofs.checkpoint(ctx);
+  if (ctx.argv[0] === 'prove') return proofs.prove(ctx);
   const { values: v } = parse(
     ctx.argv,
     { session: { type: 'string' }, after: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' } },
