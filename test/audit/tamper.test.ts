@@ -257,4 +257,34 @@ describe('audit verify --checkpoint against an attacker with the data directory'
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stdout)).toMatchObject({ ok: false, problem: 'signature', firstBadSeq: null });
   });
+
+  it('berth audit prove: the standalone script checks the proof with the public key alone, and rejects an altered one', async () => {
+    const { l } = await fixture();
+    const pub = join(l.keyDir, 'audit.pub');
+    const k = await berth(l, ['audit', 'key']);
+    expect(k.code, k.stderr).toBe(0);
+    writeFileSync(pub, k.stdout);
+    const script = (file: string) => spawnSync(process.execPath, [join(REPO, 'scripts', 'verify-audit-proof.mjs'), file, pub], { encoding: 'utf8' });
+    for (const seq of [1, 3, 5]) {
+      const p = await berth(l, ['audit', 'prove', String(seq)]);
+      expect(p.code, p.stderr).toBe(0);
+      const file = join(l.keyDir, `proof-${seq}.json`);
+      writeFileSync(file, p.stdout);
+      const ok = script(file);
+      expect(ok.status, ok.stderr).toBe(0);
+      expect(ok.stdout).toContain(`ok: entry ${seq} `);
+      const doc = JSON.parse(p.stdout);
+      const variants = [
+        { ...doc, entry: doc.entry.replace('"outcome":"ok"', '"outcome":"deny"') },
+        { ...doc, entry: `{"action":"x",${doc.entry.slice(1)}` }, // a duplicated key
+        { ...doc, head: { ...doc.head, treeSize: doc.head.treeSize + 1 } },
+        { ...doc, proof: doc.proof.slice(1) },
+      ];
+      for (const [i, v] of variants.entries()) {
+        const bad = join(l.keyDir, `bad-${seq}-${i}.json`);
+        writeFileSync(bad, JSON.stringify(v));
+        expect(script(bad).status).toBe(1);
+      }
+    }
+  });
 });
