@@ -129,6 +129,7 @@ export class SqliteAuditTree implements AuditTree {
   readonly #node: BetterSqlite3.Statement<[number, number], { hash: Buffer }>;
   readonly #insertNode: BetterSqlite3.Statement<[number, number, Buffer]>;
   readonly #leafCount: BetterSqlite3.Statement<[], { n: number | null }>;
+  readonly #maxSeq: BetterSqlite3.Statement<[], { n: number | null }>;
   readonly #row: BetterSqlite3.Statement<[number], RawRow>;
   readonly #rows: BetterSqlite3.Statement<[], RawRow>;
   readonly #rowsAfter: BetterSqlite3.Statement<[number], RawRow>;
@@ -148,6 +149,7 @@ export class SqliteAuditTree implements AuditTree {
     this.#node = db.prepare('SELECT hash FROM audit_tree WHERE level = ? AND idx = ?');
     this.#insertNode = db.prepare('INSERT INTO audit_tree (level, idx, hash) VALUES (?, ?, ?)');
     this.#leafCount = db.prepare('SELECT max(idx) + 1 AS n FROM audit_tree WHERE level = 0');
+    this.#maxSeq = db.prepare('SELECT max(seq) AS n FROM audit');
     this.#row = db.prepare(`SELECT ${RAW_COLUMNS} FROM audit WHERE seq = ?`);
     this.#rows = db.prepare(`SELECT ${RAW_COLUMNS} FROM audit ORDER BY seq`);
     this.#rowsAfter = db.prepare(`SELECT ${RAW_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq`);
@@ -201,7 +203,7 @@ export class SqliteAuditTree implements AuditTree {
 
   /** Rows in the audit table (its last seq) and whether the last row's leaf is the stored one. */
   rowsAndLastLeaf(): { rows: number; leaves: number; lastLeafMatches: boolean } {
-    const rows = (this.#db.prepare('SELECT max(seq) AS n FROM audit').get() as { n: number | null }).n ?? 0;
+    const rows = this.#maxSeq.get()?.n ?? 0;
     const leaves = this.#load().treeSize;
     if (rows === 0 || leaves < rows) return { rows, leaves, lastLeafMatches: rows === 0 };
     const r = this.#row.get(rows);
