@@ -39,10 +39,10 @@ async function appendRow(dir: string): Promise<Row> {
   collect();
   try {
     const t: number[] = [];
-    for (let i = 0; i < 500; i++) store.audit.append(entry(i));
+    for (let i = 0; i < 500; i++) await store.audit.append(entry(i));
     for (let i = 0; i < 3000; i++) {
       const t0 = performance.now();
-      store.audit.append(entry(i));
+      await store.audit.append(entry(i));
       t.push(performance.now() - t0);
     }
     return row('audit append (own transaction, file DB)', 'audit', t, null, '');
@@ -82,8 +82,8 @@ async function bigLog(dir: string, n: number, log: (s: string) => void): Promise
     const t0 = performance.now();
     for (let done = 0; done < n; ) {
       const k = Math.min(10_000, n - done);
-      store.transaction(() => {
-        for (let i = 0; i < k; i++) store.audit.append(entry(done + i));
+      await store.transaction(async () => {
+        for (let i = 0; i < k; i++) await store.audit.append(entry(done + i));
       });
       done += k;
       if (done % 100_000 === 0) log(`audit: ${done} entries`);

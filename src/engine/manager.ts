@@ -553,7 +553,10 @@ export class SessionManager implements Engine {
   }
 
   async listSnapshots(p: Principal, filter: { sessionId?: string } = {}): Promise<SnapshotRecord[]> {
-    this.requireOperator(p);
+    // Another tenant's session (or one that never existed), or another session's under an agent token, is
+    // not found, as on every other route; then agents are refused.
+    if (filter.sessionId) await this.record(p, filter.sessionId);
+    this.requireOperator(p, filter.sessionId);
     return (await this.o.store.snapshots
       .list({ ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}), ...(filter.sessionId ? { sessionId: filter.sessionId } : {}) })
       ).filter((s) => s.kind === 'named');

@@ -67,7 +67,7 @@ async function start(o: { dataDir?: string; keyDir?: string; rootKey?: string } 
   const http = await startServer({ app: createApp({ engine: side.engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
   let stopped = false;
   const live: Live = {
-    dataDir, keyDir, dbPath, rootKey, side, http, root: side.engine.authenticate(rootKey),
+    dataDir, keyDir, dbPath, rootKey, side, http, root: await side.engine.authenticate(rootKey),
     async stop() {
       if (stopped) return;
       stopped = true;
@@ -94,9 +94,9 @@ function berth(l: Live, args: string[]): Promise<{ code: number | null; stdout: 
 /** A log with a few kinds of entries, a checkpoint published outside the data directory, and a verified start. */
 async function fixture(): Promise<{ l: Live; head: string; n: number }> {
   const l = await start();
-  for (let i = 0; i < 4; i++) l.side.engine.createTenant(l.root, `t${i}`);
+  for (let i = 0; i < 4; i++) await l.side.engine.createTenant(l.root, `t${i}`);
   await l.side.engine.createSession(l.root, { objective: 'tamper test' });
-  l.side.engine.createTenant(l.root, 'last');
+  await l.side.engine.createTenant(l.root, 'last');
   const cp = await berth(l, ['audit', 'checkpoint']);
   expect(cp.code, cp.stderr).toBe(0);
   const head = join(l.keyDir, 'head.json');
