@@ -43,6 +43,12 @@ interface Live {
 }
 
 const dirs: string[] = [];
+/**
+ * Everything that held statements stays reachable until the worker exits: better-sqlite3 12 on Node 24 can
+ * abort the process when V8 finalizes a Statement from a GC inside a microtask checkpoint
+ * (`Assertion failed: (env) != nullptr`).
+ */
+const retained: unknown[] = [];
 const running: Live[] = [];
 afterEach(async () => {
   for (const l of running.splice(0)) await l.stop().catch(() => undefined);
@@ -59,6 +65,7 @@ async function start(o: { dataDir?: string; keyDir?: string; rootKey?: string } 
   const dbPath = join(dataDir, 'berth.db');
   const rootKey = o.rootKey ?? newSecret('btr');
   const store = openSqliteStore({ path: dbPath, clock: systemClock });
+  retained.push(store);
   const driver = new MemoryDriver({});
   const side = await composeEngine({
     dataDir, store, snapshots: new LocalSnapshotStore(join(dataDir, 'snapshots')), drivers: { [driver.name]: driver },
@@ -112,6 +119,7 @@ async function fixture(): Promise<{ l: Live; head: string; n: number }> {
 /** The attacker's connection: guards dropped. */
 function raw(l: Live): Database.Database {
   const db = new Database(l.dbPath);
+  retained.push(db);
   for (const t of ['audit_no_update', 'audit_no_delete', 'audit_seq_next', 'audit_tree_no_update', 'audit_tree_no_delete', 'audit_tree_no_replace']) db.exec(`DROP TRIGGER IF EXISTS ${t}`);
   return db;
 }
