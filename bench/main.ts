@@ -1,6 +1,6 @@
 /**
- * `npm run bench [-- --json] [-- --quick] [-- --only gvisor,gate,qemu,checkpoint]`: raw engines and Berth
- * side by side in one run (the default is gate,gvisor,qemu; checkpoint compares runsc's checkpoint flags). Prints a table; with --json the last line is `{"results":[…]}`.
+ * `npm run bench [-- --json] [-- --quick] [-- --only gate,audit,gvisor,qemu,checkpoint]`: raw engines and Berth
+ * side by side in one run (the default is gate,audit,gvisor,qemu; checkpoint compares runsc's checkpoint flags). Prints a table; with --json the last line is `{"results":[…]}`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
@@ -10,6 +10,7 @@ import { createBerth, packageRoot } from '../src/server/compose.js';
 import { startServer } from '../src/server/serve.js';
 import { ensureRootfs } from '../src/drivers/image/rootfs.js';
 import { Berth } from '../src/sdk/index.js';
+import { benchAudit } from './audit.js';
 import { benchGate } from './gate.js';
 import { benchGvisor } from './gvisor.js';
 import { printTable, row, type Row } from './stats.js';
@@ -25,7 +26,7 @@ async function main(): Promise<void> {
   const json = args.includes('--json');
   const quick = args.includes('--quick');
   const onlyArg = args.find((a) => a.startsWith('--only='))?.slice(7) ?? (args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined);
-  const only = new Set((onlyArg ?? 'gate,gvisor,qemu').split(','));
+  const only = new Set((onlyArg ?? 'gate,audit,gvisor,qemu').split(','));
   const log = (s: string) => console.error(`[bench] ${s}`);
   const root = packageRoot();
   const cacheDir = join(root, '.berth', 'images');
@@ -43,6 +44,11 @@ async function main(): Promise<void> {
     const { benchCheckpointFlags } = await import('./gvisor-checkpoint.js');
     const rootfs = await ensureRootfs({ cacheDir });
     rows.push(...(await benchCheckpointFlags({ rootfs, agentDir: join(root, 'dist', 'agent'), quick, log })));
+  }
+
+  if (only.has('audit')) {
+    log('audit: append with tree + signed head, gated call (memory driver)');
+    rows.push(...(await benchAudit({ log })));
   }
 
   if (only.has('gvisor') || only.has('qemu')) {

@@ -108,6 +108,11 @@ describe('the OpenAPI document', () => {
 
     await berth.audit.query({ limit: 5 });
     await berth.audit.verify();
+    await berth.audit.key();
+    const head = await berth.audit.checkpoint();
+    await berth.audit.prove(1);
+    await berth.audit.consistency(1);
+    expect((await berth.audit.verify({ checkpoints: [head] })).ok).toBe(true);
 
     // The gate: tools, calls, policy, plan, approvals, gate settings, breaker.
     await berth.tools.list(s.id);

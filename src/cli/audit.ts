@@ -1,21 +1,15 @@
 import { parseCommand, printJson, println, table, writeBytes, type VerbContext } from './common.js';
+import * as proofs from './audit-proofs.js';
 
 /** Entries fetched per request while exporting (the server's largest page). */
 const EXPORT_PAGE = 10_000;
 
 export async function run(ctx: VerbContext): Promise<number> {
   if (ctx.sub === 'export') return exportLines(ctx);
-  if (ctx.sub === 'verify') {
-    const { values: v } = parseCommand('audit', 'verify', ctx.argv);
-    const r = await ctx.client().audit.verify();
-    if (v.json) printJson(ctx.io, r);
-    else if (r.ok) println(ctx.io, `ok: ${r.entries} entries, head ${r.headHash}`);
-    if (!r.ok) {
-      ctx.io.stderr.write(`berth: audit chain broken at seq ${r.firstBadSeq} (${r.problem})\n`);
-      return 1;
-    }
-    return 0;
-  }
+  if (ctx.sub === 'verify') return proofs.verify(ctx);
+  if (ctx.sub === 'key') return proofs.key(ctx);
+  if (ctx.sub === 'checkpoint') return proofs.checkpoint(ctx);
+  if (ctx.sub === 'prove') return proofs.prove(ctx);
   const { values: v } = parseCommand('audit', '', ctx.argv);
   const entries = await ctx.client().audit.query({
     sessionId: v.session,

@@ -8,3 +8,4 @@ export * from './audit.js';
 export * from './canonical.js';
 export * from './snapshots.js';
 export * from './tools.js';
+export * from './audit-tree.js';

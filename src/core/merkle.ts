@@ -74,6 +74,20 @@ export class MerkleFrontier {
     return new MerkleFrontier(size, stack);
   }
 
+  /** load() for a synchronous reader (the embedded store reads nodes synchronously inside its transaction). */
+  static loadSync(size: number, node: (level: number, index: number) => Uint8Array): MerkleFrontier {
+    const stack: Buffer[] = [];
+    let start = 0;
+    for (let level = 52; level >= 0; level--) {
+      const width = 2 ** level;
+      if (Math.floor(size / width) % 2 === 1) {
+        stack.push(Buffer.from(node(level, start / width)));
+        start += width;
+      }
+    }
+    return new MerkleFrontier(size, stack);
+  }
+
   get treeSize(): number {
     return this.size;
   }

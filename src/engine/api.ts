@@ -20,6 +20,8 @@ import type {
   GateSettings,
 } from '../core/index.js';
 
+import type { AuditProofs } from './audit-proofs.js';
+
 export interface CreateSessionInput {
   objective?: string;
   memoryMb?: number;
@@ -75,6 +77,8 @@ export interface Engine {
 
   auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): Promise<AuditEntry[]>;
   auditVerify(p: Principal): Promise<VerifyResult>;
+  /** Signed checkpoints and proofs (engine/audit-proofs.ts); undefined when the server has no audit key. */
+  readonly auditProofs: AuditProofs | undefined;
 
   /** Liveness for /healthz: which backends are usable. */
   health(): { ok: boolean; backends: Record<string, { available: boolean; reason?: string }> };

@@ -169,6 +169,32 @@ export async function decideApproval(c: GateContext, p: Principal, approvalId: s
 }
 
 /**
+ * The gate refused an approved call when the operator's approval ran it (off-plan by then, say): the
+ * approval ends denied with that reason, so it cannot run later when the agent repeats the call. Under the
+ * session's gate lock; a no-op if the approval is no longer 'approved' (the call ran, or was decided anew).
+ */
+export async function refuseApproved(c: GateContext, p: Principal, approvalId: string, refused: CallResult & { decision: 'deny' }): Promise<void> {
+  const a0 = await c.store.approvals.get(approvalId);
+  if (!a0) return;
+  await c.lock.run(a0.sessionId, async () => {
+    const a = await c.store.approvals.get(approvalId);
+    if (!a || a.status !== 'approved') return;
+    const reason = `approved by ${a.decidedBy ?? who(p)}, but refused when it ran: ${refused.reason}`;
+    await c.store.transaction(async () => {
+      await c.store.approvals.put({ ...a, status: 'denied', reason, result: deniedView({ stage: refused.stage as Stage, code: refused.code as DenyCode, reason: refused.reason }) as Record<string, unknown> });
+      await c.audit.append({
+        tenantId: a.tenantId,
+        sessionId: a.sessionId,
+        principal: p,
+        action: 'approval.refused',
+        outcome: 'denied',
+        data: { approvalId: a.id, tool: a.tool, argsDigest: a.argsDigest, stage: refused.stage, code: refused.code, reason },
+      });
+    });
+  });
+}
+
+/**
  * At start: an approved call that was running when the server stopped has no result and never will. It is
  * answered as a failed run (it may have had effects), so the agent is not left waiting.
  */

@@ -543,7 +543,9 @@ export class ToolGate implements GateService {
     }
     const a = await approvals.decideApproval(this.c, p, approvalId, (cur, now) => ({ ...cur, status: 'approved', decidedBy: who(p), decidedAt: now }));
     try {
-      await this.runCall(s, p, { tool: a.tool, args: a.args, ...(a.step !== null ? { step: a.step } : {}) }, { approvalId });
+      const res = await this.runCall(s, p, { tool: a.tool, args: a.args, ...(a.step !== null ? { step: a.step } : {}) }, { approvalId });
+      // Refused before it ran (off-plan by now, policy changed, breaker open): the approval ends denied.
+      if (res.decision === 'deny') await approvals.refuseApproved(this.c, p, approvalId, res);
     } catch (e) {
       // The decision stands; the call runs when the agent repeats it.
       this.c.log(`approved call ${approvalId} could not run now: ${(e as Error).message}`);

@@ -40,6 +40,7 @@ import { newSessionRecord, sandboxIdFor } from './records.js';
 import { DEFAULT_SESSION, LIMITS, resolveSettings, validateDefaults, type SessionDefaults } from './options.js';
 
 import { DEFAULT_TENANT_ID } from './tenants.js';
+import type { AuditProofs } from './audit-proofs.js';
 
 export { DEFAULT_TENANT_ID };
 
@@ -62,6 +63,8 @@ export interface SessionManagerOptions {
   log?: (line: string) => void;
   /** Executor limits of the tool gate (see engine/gate.ts). */
   gateLimits?: ToolGateOptions['limits'];
+  /** Checkpoints and proofs over the audit tree; undefined when the server has no audit key. */
+  auditProofs?: AuditProofs;
 }
 
 const SYSTEM: Principal = { kind: 'system', id: 'system', tenantId: null };
@@ -90,6 +93,10 @@ export class SessionManager implements Engine {
   private closed = false;
   /** The tool gate: authorizes and runs every agent tool call (engine/gate.ts). */
   readonly gate: ToolGate;
+
+  get auditProofs(): AuditProofs | undefined {
+    return this.o.auditProofs;
+  }
 
   constructor(private readonly o: SessionManagerOptions) {
     this.defaults = validateDefaults({ ...DEFAULT_SESSION, ...o.defaults });
@@ -546,7 +553,10 @@ export class SessionManager implements Engine {
   }
 
   async listSnapshots(p: Principal, filter: { sessionId?: string } = {}): Promise<SnapshotRecord[]> {
-    this.requireOperator(p);
+    // Another tenant's session (or one that never existed), or another session's under an agent token, is
+    // not found, as on every other route; then agents are refused.
+    if (filter.sessionId) await this.record(p, filter.sessionId);
+    this.requireOperator(p, filter.sessionId);
     return (await this.o.store.snapshots
       .list({ ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}), ...(filter.sessionId ? { sessionId: filter.sessionId } : {}) })
       ).filter((s) => s.kind === 'named');

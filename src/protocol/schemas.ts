@@ -176,6 +176,14 @@ export const AuditQuerySchema = z.object({
   limit: queryInt(1, LIMITS.auditLimit).optional(),
 });
 
+export const AuditProveQuerySchema = z.object({ treeSize: queryInt(0, Number.MAX_SAFE_INTEGER).optional() });
+export const AuditConsistencyQuerySchema = z.object({
+  from: queryInt(0, Number.MAX_SAFE_INTEGER),
+  to: queryInt(0, Number.MAX_SAFE_INTEGER).optional(),
+});
+/** Heads are checked one by one (core parseSignedHead) so an error names `checkpoints[i]`. */
+export const AuditVerifyBodySchema = z.object({ checkpoints: z.array(z.unknown()).max(10_000).optional() });
+
 // The schemas must accept exactly what the wire types describe.
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const _checks: [

@@ -2,7 +2,7 @@
  * Wire types shared by the server and the SDK. JSON only; times are ISO-8601 strings on the wire.
  * These names are a public contract (CLI --json output is built from them): add fields, never rename.
  */
-import type { BackendName, SessionState, FileEntry, FileStat, Principal } from '../core/index.js';
+import type { AuditKeyInfo, BackendName, ConsistencyDocument, FileEntry, FileStat, InclusionDocument, Principal, SessionState, SignedHead, TreeVerifyResult } from '../core/index.js';
 
 export interface SessionSettingsView {
   memoryMb: number;
@@ -199,9 +199,22 @@ export interface AuditListView {
   entries: AuditEntryView[];
 }
 
-export type AuditVerifyView =
+/**
+ * The chain check and the tree check together. `problem` names the first failure: a chain problem
+ * ('edited', 'removed', 'reordered', 'broken_link'), else the tree's ('truncated', 'rewritten', 'unsigned',
+ * 'signature'); `firstBadSeq` is null where no entry can be named (a head whose signature fails).
+ */
+export type AuditVerifyView = (
   | { ok: true; entries: number; headHash: string }
-  | { ok: false; entries: number; firstBadSeq: number; problem: 'edited' | 'removed' | 'reordered' | 'broken_link' };
+  | { ok: false; entries: number; firstBadSeq: number | null; problem: AuditProblem }
+) & { tree?: TreeVerifyResult };
+
+export type AuditProblem = 'edited' | 'removed' | 'reordered' | 'broken_link' | 'truncated' | 'rewritten' | 'unsigned' | 'signature' | 'rollback';
+
+export type AuditKeyView = AuditKeyInfo;
+export type SignedHeadView = SignedHead;
+export type InclusionProofView = InclusionDocument;
+export type ConsistencyProofView = ConsistencyDocument;
 
 export interface HealthView {
   ok: boolean;

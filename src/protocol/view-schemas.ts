@@ -120,10 +120,51 @@ export const AuditEntryViewSchema = z.strictObject({
   hash: z.string(),
 });
 export const AuditListViewSchema = z.strictObject({ entries: z.array(AuditEntryViewSchema) });
+export const SignedHeadViewSchema = z.strictObject({
+  treeSize: z.number().int(),
+  rootHash: z.string(),
+  timestamp: z.number().int(),
+  keyId: z.string(),
+  signature: z.string(),
+});
+const CheckpointCheckSchema = z.strictObject({
+  treeSize: z.number().int(),
+  rootHash: z.string(),
+  timestamp: z.number().int(),
+  keyId: z.string(),
+  ok: z.boolean(),
+  problem: z.enum(['signature', 'truncated', 'rewritten', 'unsigned', 'rollback']).optional(),
+  firstBadSeq: z.number().int().optional(),
+  proof: z.array(z.string()).optional(),
+});
+const TreeVerifySchema = z.strictObject({
+  ok: z.boolean(),
+  treeSize: z.number().int(),
+  rootHash: z.string(),
+  storedTreeFirstBadSeq: z.number().int().optional(),
+  latestSigned: CheckpointCheckSchema.optional(),
+  checkpoints: z.array(CheckpointCheckSchema),
+});
 export const AuditVerifyViewSchema = z.union([
-  z.strictObject({ ok: z.literal(true), entries: z.number().int(), headHash: z.string() }),
-  z.strictObject({ ok: z.literal(false), entries: z.number().int(), firstBadSeq: z.number().int(), problem: z.enum(['edited', 'removed', 'reordered', 'broken_link']) }),
+  z.strictObject({ ok: z.literal(true), entries: z.number().int(), headHash: z.string(), tree: TreeVerifySchema.optional() }),
+  z.strictObject({
+    ok: z.literal(false),
+    entries: z.number().int(),
+    firstBadSeq: z.number().int().nullable(),
+    problem: z.enum(['edited', 'removed', 'reordered', 'broken_link', 'truncated', 'rewritten', 'unsigned', 'signature', 'rollback']),
+    tree: TreeVerifySchema.optional(),
+  }),
 ]);
+export const AuditKeyViewSchema = z.strictObject({ algorithm: z.literal('Ed25519'), keyId: z.string(), publicKey: z.string(), publicKeyBase64: z.string() });
+export const InclusionProofViewSchema = z.strictObject({
+  format: z.literal('berth-audit-inclusion/1'),
+  seq: z.number().int(),
+  leafIndex: z.number().int(),
+  entry: z.string(),
+  proof: z.array(z.string()),
+  head: SignedHeadViewSchema,
+});
+export const ConsistencyProofViewSchema = z.strictObject({ fromSize: z.number().int(), toSize: z.number().int(), proof: z.array(z.string()), head: SignedHeadViewSchema });
 
 export const StartingViewSchema = z.strictObject({ phase: z.string(), message: z.string(), detail: z.string().nullable(), elapsedS: z.number() });
 export const HealthViewSchema = z.strictObject({
@@ -243,6 +284,10 @@ const _views: [
   Same<Out<typeof AuditEntryViewSchema>, T.AuditEntryView>,
   Same<Out<typeof AuditListViewSchema>, T.AuditListView>,
   Same<Out<typeof AuditVerifyViewSchema>, T.AuditVerifyView>,
+  Same<Out<typeof AuditKeyViewSchema>, T.AuditKeyView>,
+  Same<Out<typeof SignedHeadViewSchema>, T.SignedHeadView>,
+  Same<Out<typeof InclusionProofViewSchema>, T.InclusionProofView>,
+  Same<Out<typeof ConsistencyProofViewSchema>, T.ConsistencyProofView>,
   Same<Out<typeof HealthViewSchema>, T.HealthView>,
   Same<Out<typeof ToolListViewSchema>, G.ToolListView>,
   Same<Out<typeof CallResultViewSchema>, G.CallResultView>,
@@ -253,5 +298,5 @@ const _views: [
   Same<Out<typeof ToolDefinitionListViewSchema>, G.ToolDefinitionListView>,
   Same<Out<typeof GateViewSchema>, G.GateView>,
   Same<Out<typeof PlanViewSchema>, G.PlanView>,
-] = [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true];
+] = [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true];
 void _views;

@@ -2,7 +2,7 @@
  * Core records → wire views. Each view is built field by field, so a field added to a record is never
  * exposed by accident (agentTokenHash, sandboxId and apiKeyHash stay on the server).
  */
-import type { AuditEntry, SessionRecord, SnapshotRecord, TenantRecord, SessionSettings, VerifyResult } from '../core/index.js';
+import type { AuditEntry, SessionRecord, SnapshotRecord, TenantRecord, SessionSettings, TreeVerifyResult, VerifyResult } from '../core/index.js';
 import type {
   AuditEntryView,
   AuditVerifyView,
@@ -94,8 +94,13 @@ export function toAuditEntryView(e: AuditEntry): AuditEntryView {
   };
 }
 
-export function toAuditVerifyView(v: VerifyResult): AuditVerifyView {
-  return v.ok
-    ? { ok: true, entries: v.entries, headHash: v.headHash }
-    : { ok: false, entries: v.entries, firstBadSeq: v.firstBadSeq, problem: v.problem };
+export function toAuditVerifyView(v: VerifyResult, tree?: TreeVerifyResult): AuditVerifyView {
+  const t = tree === undefined ? {} : { tree };
+  if (!v.ok) return { ok: false, entries: v.entries, firstBadSeq: v.firstBadSeq, problem: v.problem, ...t };
+  if (tree !== undefined && !tree.ok) {
+    const bad = [...tree.checkpoints, tree.latestSigned].find((c) => c !== undefined && !c.ok);
+    if (bad?.problem !== undefined) return { ok: false, entries: v.entries, firstBadSeq: bad.firstBadSeq ?? null, problem: bad.problem, ...t };
+    return { ok: false, entries: v.entries, firstBadSeq: tree.storedTreeFirstBadSeq ?? null, problem: 'edited', ...t };
+  }
+  return { ok: true, entries: v.entries, headHash: v.headHash, ...t };
 }

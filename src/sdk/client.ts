@@ -14,6 +14,10 @@ import type {
   AuditEntryView,
   AuditListView,
   AuditVerifyView,
+  AuditKeyView,
+  ConsistencyProofView,
+  InclusionProofView,
+  SignedHeadView,
   CreateSessionBody,
   CreatedSessionView,
   CreatedTenantView,
@@ -192,8 +196,28 @@ class AuditApi {
     const { signal, ...q } = opts;
     return (await this.t.json<AuditListView>('GET', '/audit', { query: q, signal })).entries;
   }
-  verify(opts: CallOpts = {}): Promise<AuditVerifyView> {
-    return this.t.json<AuditVerifyView>('GET', '/audit/verify', { signal: opts.signal });
+  /** Checks the chain and the tree; with `checkpoints` (published signed heads), each one's signature and consistency. */
+  verify(opts: CallOpts & { checkpoints?: SignedHeadView[] } = {}): Promise<AuditVerifyView> {
+    if (opts.checkpoints === undefined) return this.t.json<AuditVerifyView>('GET', '/audit/verify', { signal: opts.signal });
+    return this.t.json<AuditVerifyView>('POST', '/audit/verify', { json: { checkpoints: opts.checkpoints }, signal: opts.signal });
+  }
+  /** The Ed25519 public key that signs tree heads. */
+  key(opts: CallOpts = {}): Promise<AuditKeyView> {
+    return this.t.json<AuditKeyView>('GET', '/audit/key', { signal: opts.signal });
+  }
+  /** A tree head over the whole log, signed now. */
+  checkpoint(opts: CallOpts = {}): Promise<SignedHeadView> {
+    return this.t.json<SignedHeadView>('POST', '/audit/checkpoints', { signal: opts.signal });
+  }
+  /** An inclusion proof for entry `seq` (against a head for `treeSize`, default the whole tree). */
+  prove(seq: number, opts: CallOpts & { treeSize?: number } = {}): Promise<InclusionProofView> {
+    const query = opts.treeSize === undefined ? {} : { treeSize: opts.treeSize };
+    return this.t.json<InclusionProofView>('GET', `/audit/proofs/inclusion/${seq}`, { query, signal: opts.signal });
+  }
+  /** A consistency proof from the tree of `fromSize` entries to the tree of `toSize` (default: now). */
+  consistency(fromSize: number, opts: CallOpts & { toSize?: number } = {}): Promise<ConsistencyProofView> {
+    const query = opts.toSize === undefined ? { from: fromSize } : { from: fromSize, to: opts.toSize };
+    return this.t.json<ConsistencyProofView>('GET', '/audit/proofs/consistency', { query, signal: opts.signal });
   }
 }
 

@@ -9,11 +9,13 @@ import { ensureRootfs, rootfsImagePath } from '../drivers/image/rootfs.js';
 import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
 import { recover, type RecoveryReport } from '../engine/recovery.js';
 import { newSecret } from '../engine/auth.js';
-import { openSqliteStore } from '../store/sqlite.js';
+import { SqliteStore, openSqliteStore } from '../store/sqlite.js';
 import { verifyAudit, type VerifiableAuditLog } from '../store/audit.js';
 import { openPostgresStore, redact } from '../store/postgres/store.js';
 import { LocalSnapshotStore } from '../store/snapshot-dir.js';
 import type { Engine } from '../engine/api.js';
+import { AuditProofs } from '../engine/audit-proofs.js';
+import { checkAuditAtStart, ledgerPathFor, openAuditKey } from '../store/audit-key.js';
 
 export interface BerthOptions {
   /** Data directory (SQLite file, snapshots, sandbox state, root.key). Required. */
@@ -34,6 +36,10 @@ export interface BerthOptions {
   log?: (line: string) => void;
   /** Startup phases and build lines as they happen, for /healthz and the terminal. Default: none. */
   progress?: { set(phase: string, message: string): void; line(text: string): void };
+  /** The audit signing key file (created 0600 if missing). Default `<dataDir>/audit.key`: keep it elsewhere in production. */
+  auditKeyPath?: string;
+  /** Start even though the audit log is behind its last signed head, recording that it did. Default false. */
+  acceptAuditRollback?: boolean;
 }
 
 export interface Berth {
@@ -104,7 +110,10 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   }
 
   progress?.set('recovery', 'recovering sessions');
-  return composeEngine({ dataDir, store, snapshots, drivers, unavailable, rootKey: key, clock, defaults: opts.defaults, idleSweepMs: opts.idleSweepMs, log });
+  return composeEngine({
+    dataDir, store, snapshots, drivers, unavailable, rootKey: key, clock, defaults: opts.defaults, idleSweepMs: opts.idleSweepMs, log,
+    auditKeyPath: opts.auditKeyPath, acceptAuditRollback: opts.acceptAuditRollback,
+  });
 }
 
 /** A store of either kind with its audit log (SqliteStore, PostgresStore). */
@@ -125,6 +134,9 @@ export interface EngineParts {
   /** How often idle sessions are checked, ms. Default 1000; 0 disables the timer. */
   idleSweepMs?: number;
   log?: (line: string) => void;
+  /** See BerthOptions. Default `<dataDir>/audit.key`. */
+  auditKeyPath?: string;
+  acceptAuditRollback?: boolean;
 }
 
 /**
@@ -135,7 +147,23 @@ export interface EngineParts {
 export async function composeEngine(parts: EngineParts): Promise<Berth> {
   const { store, snapshots, drivers, clock } = parts;
   const log = parts.log ?? (() => undefined);
+  const keyPath = resolve(parts.auditKeyPath ?? join(parts.dataDir, 'audit.key'));
+  // The Merkle tree and signed heads live in the embedded store; a PostgreSQL store has the chain only (for now).
+  const sqlite = store instanceof SqliteStore ? store : undefined;
+  let auditProofs: AuditProofs | undefined;
+  if (sqlite) {
+    try {
+      const signer = openAuditKey(keyPath);
+      sqlite.audit.tree.attachSigner(signer, { ledgerPath: ledgerPathFor(keyPath) });
+      await checkAuditAtStart({ store: sqlite, signer, keyPath, acceptRollback: parts.acceptAuditRollback ?? false, clock, log });
+      auditProofs = new AuditProofs({ tree: sqlite.audit.tree, signer, clock });
+    } catch (e) {
+      await Promise.resolve(store.close()).catch(() => undefined);
+      throw e;
+    }
+  }
   const manager = new SessionManager({
+    ...(auditProofs ? { auditProofs } : {}),
     store,
     audit: store.audit,
     verifyAudit: () => verifyAudit(store),

@@ -6,6 +6,9 @@
  *   --data DIR    (else $BERTH_DATA, else ./.berth)
  *   --database URL  (else $BERTH_DATABASE, else the SQLite file <data>/berth.db): postgres://user@host:port/db
  *   $BERTH_LOG_LEVEL  debug | info | warn | error (default info)
+ *   --audit-key FILE  (else $BERTH_AUDIT_KEY, else <data>/audit.key) Ed25519 key signing audit tree heads
+ *   --accept-audit-rollback   start although the log is behind its last signed head (recorded)
+ *   --checkpoint-every 5m --checkpoint-to FILE|URL   publish signed heads outside the data directory
  */
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -16,6 +19,7 @@ import { lockDataDir } from './datalock.js';
 import { LOG_LEVELS, createJsonLogger, type LogLevel, type Logger } from './log.js';
 import { startServer, type RunningServer } from './serve.js';
 import { StartupProgress, startingGate, terminalProgress } from './starting.js';
+import { parseCheckpointTarget, parseDuration, startCheckpointPublisher, type CheckpointTarget } from './audit-publisher.js';
 
 export interface ServeOptions {
   port: number;
@@ -26,20 +30,31 @@ export interface ServeOptions {
   logLevel: LogLevel;
   /** A postgres:// URL; undefined = the embedded SQLite store. */
   database?: string;
+  auditKeyPath: string;
+  acceptAuditRollback: boolean;
+  /** Both set or neither (src/server/audit-publisher.ts). */
+  checkpoints?: { everyMs: number; to: CheckpointTarget };
 }
 
-export const SERVE_USAGE = 'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR] [--image-cache DIR] [--database postgres://…]';
+export const SERVE_USAGE =
+  'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR] [--image-cache DIR] [--database postgres://…] [--audit-key FILE] [--accept-audit-rollback] [--checkpoint-every 5m --checkpoint-to FILE|URL]';
 
 function usage(message: string): InvalidArgumentError {
   return new InvalidArgumentError(message, { details: { usage: SERVE_USAGE } });
 }
 
 export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: string): ServeOptions {
-  let values: { port?: string; host?: string; data?: string; 'image-cache'?: string; database?: string };
+  let values: {
+    port?: string; host?: string; data?: string; 'image-cache'?: string; database?: string;
+    'audit-key'?: string; 'accept-audit-rollback'?: boolean; 'checkpoint-every'?: string; 'checkpoint-to'?: string;
+  };
   try {
     ({ values } = parseArgs({
       args: argv,
-      options: { port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' }, 'image-cache': { type: 'string' }, database: { type: 'string' } },
+      options: {
+        port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' }, 'image-cache': { type: 'string' }, database: { type: 'string' },
+        'audit-key': { type: 'string' }, 'accept-audit-rollback': { type: 'boolean' }, 'checkpoint-every': { type: 'string' }, 'checkpoint-to': { type: 'string' },
+      },
       allowPositionals: false,
       strict: true,
     }));
@@ -60,7 +75,19 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
   if (database !== undefined && !/^postgres(ql)?:\/\/./.test(database)) {
     throw usage(`--database: must be a postgres:// or postgresql:// URL (without it Berth uses <data>/berth.db)`);
   }
-  return { port, host, dataDir, imageCacheDir: cache ? resolve(cwd, cache) : join(dataDir, 'images'), logLevel: level, ...(database ? { database } : {}) };
+  const auditKey = values['audit-key'] ?? env.BERTH_AUDIT_KEY;
+  const every = values['checkpoint-every'];
+  const to = values['checkpoint-to'];
+  if ((every === undefined) !== (to === undefined)) throw usage('--checkpoint-every and --checkpoint-to go together');
+  const checkpoints = every !== undefined && to !== undefined
+    ? { everyMs: parseDuration(every, '--checkpoint-every'), to: parseCheckpointTarget(to, { cwd, dataDir, field: '--checkpoint-to' }) }
+    : undefined;
+  return {
+    port, host, dataDir, imageCacheDir: cache ? resolve(cwd, cache) : join(dataDir, 'images'), logLevel: level, ...(database ? { database } : {}),
+    auditKeyPath: auditKey ? resolve(cwd, auditKey) : join(dataDir, 'audit.key'),
+    acceptAuditRollback: values['accept-audit-rollback'] ?? false,
+    ...(checkpoints ? { checkpoints } : {}),
+  };
 }
 
 /** Runs until SIGINT or SIGTERM, then closes gracefully. A second signal exits at once. */
@@ -84,13 +111,20 @@ export async function serveMain(argv: string[]): Promise<void> {
   const live = process.stderr.isTTY ? terminalProgress(progress, process.stderr) : null;
   let berth: Berth;
   try {
-    berth = await createBerth({ dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line), progress });
+    berth = await createBerth({
+      dataDir: opts.dataDir, imageCacheDir: opts.imageCacheDir, ...(opts.database ? { database: opts.database } : {}), log: (line: string) => log.info(line), progress,
+      auditKeyPath: opts.auditKeyPath, acceptAuditRollback: opts.acceptAuditRollback,
+    });
   } catch (e) {
     live?.stop('start failed');
     await server.close();
     lock.release();
     throw e;
   }
+  const proofs = berth.engine.auditProofs;
+  const publisher = opts.checkpoints && proofs
+    ? startCheckpointPublisher({ ...opts.checkpoints, log, checkpoint: async () => proofs.checkpoint(await berth.engine.authenticate(berth.rootKey)) })
+    : undefined;
   gate.ready(createApp({ engine: berth.engine, log }));
   const r = berth.recovery;
   log.info('recovered', { adopted: r.adopted.length, failed: r.failed, orphansRemoved: r.orphansRemoved, snapshotDirsRemoved: r.snapshotDirsRemoved.length });
@@ -107,6 +141,7 @@ export async function serveMain(argv: string[]): Promise<void> {
   process.once('SIGINT', again);
   process.once('SIGTERM', again);
   await server.close();
+  await publisher?.stop();
   await berth.close();
   lock.release();
   log.info('stopped');

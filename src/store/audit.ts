@@ -7,6 +7,7 @@ import { AppError, ConfigError, InvalidArgumentError } from '../core/errors.js';
 import type { Clock } from '../core/store.js';
 import { translateSqliteError } from './sqlite-errors.js';
 import type { TxScope } from './sqlite-tx.js';
+import { SqliteAuditTree } from './audit-tree.js';
 
 /**
  * The audit log over the `audit` table (created in migrations.ts, with triggers that abort UPDATE and
@@ -171,6 +172,8 @@ const SCAN_PAGE = 512;
 /** Built by openSqliteStore(); use `store.audit`. */
 export class SqliteAuditLog implements AuditLog {
   readonly anchorPath: string | undefined;
+  /** The Merkle tree over the entries (and the signed head), written in each append's transaction. */
+  readonly tree: SqliteAuditTree;
   readonly #db: BetterSqlite3.Database;
   readonly #clock: Clock;
   readonly #head: BetterSqlite3.Statement<[], { seq: number; hash: string }>;
@@ -222,6 +225,7 @@ export class SqliteAuditLog implements AuditLog {
         throw e;
       }
     };
+    this.tree = new SqliteAuditTree({ db, scope: this.#scope });
     this.#known = this.head();
     this.#openAnchor();
   }
@@ -262,6 +266,7 @@ export class SqliteAuditLog implements AuditLog {
     } else {
       this.#known = { seq: entry.seq, hash: entry.hash };
       this.#anchor(this.#known);
+      this.tree.afterCommit();
     }
     return entry;
   }
@@ -286,6 +291,7 @@ export class SqliteAuditLog implements AuditLog {
     };
     const hash = hashEntry(body);
     this.#insert.run(body.seq, ts, p.tenantId, p.sessionId, p.principalJson, body.action, body.outcome, p.dataJson, body.prevHash, hash);
+    this.tree.onAppend({ seq: body.seq, ts, tenantId: p.tenantId, sessionId: p.sessionId, principalJson: p.principalJson, action: body.action, outcome: body.outcome, dataJson: p.dataJson, prevHash: body.prevHash, hash });
     return { ...body, hash };
   }
 
@@ -346,11 +352,13 @@ export class SqliteAuditLog implements AuditLog {
     this.#pending = false;
     this.#known = this.head();
     this.#anchor(this.#known);
+    this.tree.afterCommit();
   }
 
   /** Called by SqliteStore.transaction() after its outermost ROLLBACK. */
   afterRollback(): void {
     this.#pending = false;
+    this.tree.afterRollback();
   }
 
   #hashOf(seq: number): string | undefined {

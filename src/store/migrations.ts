@@ -1,6 +1,7 @@
 import type BetterSqlite3 from 'better-sqlite3';
 import { ConfigError } from '../core/errors.js';
 import { V2_GATE, V3_SNAPSHOT_GATE } from './gate-migration.js';
+import { V4_AUDIT_TREE } from './audit-tree.js';
 
 /**
  * Schema migrations for the embedded store: one ordered list, applied in order inside one IMMEDIATE
@@ -101,6 +102,7 @@ export const MIGRATIONS: readonly Migration[] = checkMigrations([
   { version: 1, name: 'core_records', up: V1_CORE_RECORDS },
   { version: 2, name: 'tool_gate', up: V2_GATE },
   { version: 3, name: 'snapshot_gate', up: V3_SNAPSHOT_GATE },
+  { version: 4, name: 'audit_tree', up: V4_AUDIT_TREE },
 ]);
 
 export interface MigrationResult {
