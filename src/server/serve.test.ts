@@ -55,7 +55,7 @@ describe('startServer', () => {
 
 describe('serve options', () => {
   it('flag > BERTH_DATA > ./.berth', () => {
-    expect(parseServeArgs([], {}, '/w')).toEqual({ port: 7070, host: '127.0.0.1', dataDir: '/w/.berth', imageCacheDir: '/w/.berth/images', logLevel: 'info' });
+    expect(parseServeArgs([], {}, '/w')).toEqual({ port: 7070, host: '127.0.0.1', dataDir: '/w/.berth', imageCacheDir: '/w/.berth/images', logLevel: 'info', auditKeyPath: '/w/.berth/audit.key', acceptAuditRollback: false });
     expect(parseServeArgs(['--image-cache', 'c'], { BERTH_IMAGE_CACHE: '/e' }, '/w').imageCacheDir).toBe('/w/c');
     expect(parseServeArgs([], { BERTH_IMAGE_CACHE: '/e' }, '/w').imageCacheDir).toBe('/e');
     expect(parseServeArgs([], { BERTH_DATA: 'd' }, '/w').dataDir).toBe('/w/d');

@@ -57,7 +57,7 @@ async function serve(port: number, extra: string[] = []): Promise<Run> {
 
 async function listening(r: Run): Promise<void> {
   for (let i = 0; i < 1200; i++) {
-    if (r.output().includes('"listening"')) return;
+    if (r.output().includes('"msg":"ready"')) return; // the server listens first; "ready" follows recovery
     if (r.child.exitCode !== null) throw new Error(`berth serve exited: ${r.output()}`);
     await sleep(100);
   }

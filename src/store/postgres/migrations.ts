@@ -138,6 +138,10 @@ export const PG_MIGRATIONS: readonly PgMigration[] = Object.freeze([
   { version: 1, name: 'core_records', up: V1_CORE_RECORDS },
   { version: 2, name: 'tool_gate', up: V2_GATE },
   { version: 3, name: 'snapshot_gate', up: V3_SNAPSHOT_GATE },
+  // SQLite's v4 adds the signed Merkle tree over the audit log. The PostgreSQL store keeps the hash chain
+  // only (README, "Running on PostgreSQL": no proofs, routes answer 503), so v4 here creates nothing; it
+  // exists so that a version number names the same point in the schema's history on both stores.
+  { version: 4, name: 'audit_tree', up: '' },
 ]);
 
 /** Any number will do, as long as it is only Berth's: every migrating process waits on this lock. */
