@@ -29,11 +29,12 @@ export interface SqliteStoreOptions {
 const BUSY_TIMEOUT_MS = 5000;
 
 /**
- * Every statement this module prepares stays reachable for the life of the process. On Node 24 a
- * better-sqlite3 (12.x) Statement whose finalizer runs in a garbage collection started from a microtask
- * aborts the process (`Assertion failed: (env) != nullptr` in node::RemoveEnvironmentCleanupHook): keeping
- * statements from ever being collected avoids it. A server opens one store, so this holds its statements
- * (about a hundred) once; a test process that opens many stores keeps theirs until it exits.
+ * Every statement this module prepares stays reachable for the life of the process. better-sqlite3 12.x
+ * built Statement and Database on the raw node::ObjectWrap, whose destructor on Node 24 aborts the process
+ * (`Assertion failed: (env) != nullptr` in node::RemoveEnvironmentCleanupHook) when V8 finalizes one outside
+ * a JS context; 13.x is built on Node-API, which does not. The statements are still kept, at no cost (a
+ * server opens one store and prepares its statements, about a hundred, once), so that a finalizer of this
+ * module's never runs on a hot path whatever the binding does.
  */
 const KEPT_STATEMENTS: unknown[] = [];
 
