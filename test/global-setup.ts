@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { ensureGuestImage } from '../src/drivers/image/guest.js';
 import { ensureRootfs } from '../src/drivers/image/rootfs.js';
 import { IMAGE_CACHE, REPO, gvisorMissing, hasCommand } from './helpers/env.js';
@@ -7,6 +8,10 @@ import { IMAGE_CACHE, REPO, gvisorMissing, hasCommand } from './helpers/env.js';
 export default async function setup(): Promise<void> {
   const agent = spawnSync(process.execPath, ['scripts/build-agent.mjs'], { cwd: REPO, stdio: 'inherit' });
   if (agent.status !== 0) throw new Error('building berth-agent failed');
+  // dist/ once, here: tests that spawn bin/berth or pack the package read it while other test files run, so
+  // none of them may rewrite it (tsc writes files in place; a concurrent reader saw half a module).
+  const tsc = spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, encoding: 'utf8' });
+  if (tsc.status !== 0) throw new Error(`compiling dist/ failed:\n${tsc.stdout}${tsc.stderr}`);
   const log = (l: string) => console.log(`[image] ${l}`);
   if (!gvisorMissing()) await ensureRootfs({ cacheDir: IMAGE_CACHE, log });
   if (hasCommand('qemu-system-x86_64')) await ensureGuestImage({ cacheDir: IMAGE_CACHE, log });

@@ -4,7 +4,7 @@
  * as a package). A snippet is left out only with `<!-- readme-test: skip REASON -->` on the line above it;
  * the reason is printed. sh snippets run under `bash -e -o pipefail`, ts snippets as Node (type stripping).
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -57,8 +57,7 @@ let checkout = '';
 
 describe.skipIf(skipReason('README snippets against a real server', gvisorMissing()))('README snippets run as written', () => {
   beforeAll(async () => {
-    const tsc = spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, encoding: 'utf8' });
-    expect(tsc.status, tsc.stdout).toBe(0);
+    // dist/ (what bin/berth runs) is compiled once, by test/global-setup.ts.
     dir = mkdtempSync(join(tmpdir(), 'berth-readme-'));
     const data = join(dir, 'data');
     serverProc = spawn(process.execPath, [join(REPO, 'bin', 'berth'), 'serve', '--port', '0', '--data', data, '--image-cache', IMAGE_CACHE], {

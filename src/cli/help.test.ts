@@ -24,7 +24,7 @@ let dir = '';
 let sessionId = '';
 
 beforeAll(async () => {
-  spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, stdio: 'ignore' });
+  // dist/ is compiled once, by test/global-setup.ts, before any test file runs.
   expect(existsSync(MAIN), 'tsc did not emit the CLI').toBe(true);
   t = await createTestEngine();
   server = await startServer({ app: createApp({ engine: t.engine }), host: '127.0.0.1', port: 0, graceMs: 200 });
