@@ -121,7 +121,8 @@ export const SPEC = {
           cwd: { kind: 'string', arg: 'DIR', help: 'working directory (absolute)' },
           env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },
           timeout: { kind: 'int', arg: 'MS', ...range(LIMITS.timeoutMs), help: 'kill the command after MS ms (exit 124)' },
-          json: { kind: 'bool', help: 'events as JSON lines (output base64), exit status still the command’s' },
+          background: { kind: 'bool', short: 'b', help: 'start it and return at once, printing its execId (output kept: berth logs)' },
+          json: { kind: 'bool', help: 'events as JSON lines (output base64), exit status still the command’s; with --background {execId,pid}' },
         },
       },
     },
@@ -286,6 +287,30 @@ export const SPEC = {
   mcp: {
     summary: "serve a session's tools over MCP on stdio",
     commands: { '': { max: 0, flags: { session: { kind: 'string', arg: 'ID', required: true, completes: 'session', help: "the session (BERTH_TOKEN: normally its agent token)" } } } },
+  },
+  ps: { summary: "list a session's background processes", commands: { '': { ...id, flags: { json } } } },
+  logs: {
+    summary: 'replay (and --follow) the output of a background process',
+    commands: {
+      '': {
+        args: 'ID EXECID',
+        min: 2,
+        max: 2,
+        completes: ['session'],
+        flags: {
+          follow: { kind: 'bool', short: 'f', help: 'stream live until the command ends (exit status: the command’s); Ctrl-C detaches' },
+          offset: { kind: 'string', arg: 'N|N,M', help: 'start at byte N of stdout (and M of stderr), e.g. a nextOffset' },
+          stdout: { kind: 'bool', help: 'only stdout' },
+          stderr: { kind: 'bool', help: 'only stderr' },
+        },
+      },
+    },
+  },
+  kill: {
+    summary: 'signal a background process',
+    commands: {
+      '': { args: 'ID EXECID', min: 2, max: 2, completes: ['session'], flags: { signal: { kind: 'string', arg: 'SIG', short: 's', help: 'signal name or number (default TERM)' }, json } },
+    },
   },
   demo: {
     summary: 'run the Plan-then-Execute scenario against the server',

@@ -87,9 +87,14 @@ export interface Engine {
 
   /** The tool gate: every agent tool call and the gate's operator surface. Every engine has one. */
   readonly gate: GateService;
+  /** Background processes (engine/processes.ts): operator calls; kept inside each sandbox. */
+  readonly processes: ProcessService;
 }
 
 // ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
+
+import type { ProcessService } from './processes.js';
+export type { ProcessOutputRequest, ProcessService } from './processes.js';
 
 import type { CallResult, ToolView } from '../core/index.js';
 export type { CallResult, GateStage, ToolView } from '../core/index.js';

@@ -32,6 +32,7 @@ import {
 } from '../core/index.js';
 import type { CreateSessionInput, Engine, SessionInfo, SessionListFilter } from './api.js';
 import { ToolGate, type ToolGateOptions } from './gate.js';
+import { processService, type ProcessService } from './processes.js';
 import { sandboxAccess } from './sandbox-access.js';
 import { authenticate, newAgentToken, newSecret } from './auth.js';
 import { KeyedMutex, mapLimit } from './lock.js';
@@ -93,6 +94,8 @@ export class SessionManager implements Engine {
   private closed = false;
   /** The tool gate: authorizes and runs every agent tool call (engine/gate.ts). */
   readonly gate: ToolGate;
+  /** Background processes (engine/processes.ts), over this manager's live/audit/meter steps. */
+  readonly processes: ProcessService;
 
   get auditProofs(): AuditProofs | undefined {
     return this.o.auditProofs;
@@ -108,6 +111,14 @@ export class SessionManager implements Engine {
       state: async (id) => (await this.o.store.sessions.get(id))?.state,
       pause: (id) => this.pause(SYSTEM, id),
       resume: (p, id) => this.resume(p, id),
+    });
+    this.processes = processService({
+      live: async (p, id, opts) => {
+        const { r, d, sandboxId } = await this.live(p, id, opts);
+        return { tenantId: r.tenantId, d, sandboxId };
+      },
+      audit: (p, tenantId, id, action, data) => void this.audit(p, tenantId, id, action, 'ok', data),
+      meter: (id, f) => this.bump(id, f),
     });
     this.gate = new ToolGate({ store: o.store, audit: o.audit, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits });
     for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason) => void this.onSandboxExit(sandboxId, reason));

@@ -103,6 +103,7 @@ export const ExecBodySchema = z.strictObject({
   env: EnvRecord.optional(),
   timeoutMs: int(LIMITS.timeoutMs.min, LIMITS.timeoutMs.max).optional(),
   stdin: z.boolean().optional(),
+  background: z.boolean().optional(),
 });
 
 export const SignalSchema = z.union(

@@ -11,6 +11,7 @@ import type {
 } from '../protocol/types.js';
 import { Execution, type ExecOptions, type ExecResult } from './exec.js';
 import type { Transport } from './http.js';
+import { BackgroundProcess, SessionProcesses } from './processes.js';
 import { toBody, type BytesSource } from './streams.js';
 
 export interface CallOpts {
@@ -39,6 +40,8 @@ export class Session {
   readonly agentToken: string | null;
   info: SessionView;
   readonly files: SessionFiles;
+  /** Background processes (they outlive every stream; the sandbox keeps their output). */
+  readonly processes: SessionProcesses;
 
   constructor(
     private readonly t: Transport,
@@ -49,6 +52,7 @@ export class Session {
     this.agentToken = agentToken ?? null;
     this.info = info;
     this.files = new SessionFiles(t, info.id);
+    this.processes = new SessionProcesses(t, info.id);
   }
 
   get state(): SessionView['state'] {
@@ -89,9 +93,17 @@ export class Session {
     this.info = { ...this.info, state: 'terminated' };
   }
 
-  /** Starts a command and resolves once it runs; iterate the result for output, then wait(). */
-  exec(argv: string[], opts: ExecOptions = {}): Promise<Execution> {
-    return Execution.start(this.t, this.id, argv, opts);
+  /**
+   * Starts a command and resolves once it runs; iterate the result for output, then wait(). Leaving the
+   * stream stops the command. With `background: true` it runs on by itself instead: the answer comes at
+   * once as a BackgroundProcess (output kept in the sandbox, see session.processes).
+   */
+  exec(argv: string[], opts: Omit<ExecOptions, 'stdin'> & { background: true }): Promise<BackgroundProcess>;
+  exec(argv: string[], opts?: ExecOptions & { background?: false }): Promise<Execution>;
+  exec(argv: string[], opts: ExecOptions & { background?: boolean } = {}): Promise<Execution | BackgroundProcess> {
+    const { background, ...rest } = opts;
+    if (background) return this.processes.start(argv, rest);
+    return Execution.start(this.t, this.id, argv, rest);
   }
 
   /** Runs a command to the end and collects its output. */

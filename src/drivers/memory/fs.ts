@@ -178,6 +178,25 @@ export class MemoryFs {
     f.parent.children.delete(f.name);
   }
 
+  /** rename(2): neither name followed; a directory replaces only an empty directory, never into itself. */
+  rename(from: string, to: string): void {
+    const a = this.find(from, { follow: false });
+    if (!a.node) throw fsError('ENOENT', from);
+    if (a.node === this.root || split(to).length === 0) throw new AppError('forbidden', 'rename of /', { details: { errno: 'EPERM', path: '/' } });
+    const b = this.find(to, { follow: false });
+    if (a.node === b.node) return;
+    if (a.node.type === 'dir' && `${b.path}/`.startsWith(`${a.path}/`)) throw fsError('EINVAL', to, `${to}: inside ${from}`);
+    if (b.node?.type === 'dir') {
+      if (a.node.type !== 'dir') throw fsError('EISDIR', to, `${to}: is a directory`);
+      if (b.node.children.size) throw fsError('ENOTEMPTY', to, `${to}: directory not empty`);
+    } else if (b.node && a.node.type === 'dir') {
+      throw fsError('ENOTDIR', to, `${to}: not a directory`);
+    }
+    a.parent.children.delete(a.name);
+    b.parent.children.set(b.name, a.node);
+    a.parent.mtimeMs = b.parent.mtimeMs = this.now();
+  }
+
   /**
    * Canonical path, symlinks followed. As the agent does: from the first component that does not exist,
    * the rest is taken lexically with `..` folded (so the answer says where a write would land).

@@ -27,7 +27,7 @@ static void add_slot(int fd, short events, enum slot_kind kind, struct exec *x) 
 static void build_slots(int64_t now) {
   nslots = 0;
   for (struct exec *x = execs; x; x = x->next) {
-    int produce = !quiesced && (x->detached || out.len < OUT_HIGH);
+    int produce = !quiesced && (x->detached || x->bg || out.len < OUT_HIGH);
     if (produce && x->fd_out >= 0) add_slot(x->fd_out, POLLIN, SLOT_EXEC_OUT, x);
     if (produce && x->fd_err >= 0) add_slot(x->fd_err, POLLIN, SLOT_EXEC_ERR, x);
     if (x->fd_in >= 0 && x->stdin_q.len) add_slot(x->fd_in, POLLOUT, SLOT_EXEC_IN, x);
@@ -39,7 +39,7 @@ static void build_slots(int64_t now) {
 
 static int poll_timeout(int64_t now) {
   int64_t t = -1;
-  if (!quiesced && out.len < OUT_HIGH && (reads_can_progress() || lists)) return 0;
+  if (!quiesced && out.len < OUT_HIGH && (reads_can_progress() || lists || follows_can_progress())) return 0;
   for (struct exec *x = execs; x; x = x->next)
     if (x->deadline && (t < 0 || x->deadline - now < t)) t = x->deadline - now;
   int64_t wake = chan_in < 0 ? chan_retry_at : in_paused_until > now ? in_paused_until : 0;
@@ -143,6 +143,7 @@ int main(int argc, char **argv) {
     if (!quiesced) {
       pump_reads();
       pump_lists();
+      pump_follows();
     }
     flush_out();
   }
