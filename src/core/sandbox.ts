@@ -104,6 +104,17 @@ export interface ProcessOutputOptions extends CallOptions {
   stderrOffset?: number;
 }
 
+/**
+ * A file system event under a watched path. `overflow`: events were lost (the kernel's queue, or a reader
+ * that fell too far behind); rescan what matters.
+ */
+export interface WatchEvent {
+  type: 'create' | 'modify' | 'delete' | 'move_from' | 'move_to' | 'attrib' | 'overflow';
+  /** Absolute path inside the sandbox ('' for overflow). */
+  path: string;
+  isDir: boolean;
+}
+
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
 export interface FileEntry {
   name: string;
@@ -205,6 +216,11 @@ export interface SandboxDriver {
   realpath(sandboxId: string, path: string, opts?: CallOptions): Promise<string>;
   mkdir(sandboxId: string, path: string, opts?: CallOptions & { parents?: boolean }): Promise<void>;
   remove(sandboxId: string, path: string, opts?: CallOptions & { recursive?: boolean }): Promise<void>;
+  /**
+   * Streams file system events under path (with recursive, the whole tree, new directories included) until
+   * the iteration stops. Resolves once the watch is in place, so changes made after it are seen.
+   */
+  watchFiles(sandboxId: string, path: string, opts?: CallOptions & { recursive?: boolean }): Promise<AsyncIterable<WatchEvent>>;
   /** rename(2) inside the sandbox: atomic, same file system only; replaces a file at `to`. */
   rename(sandboxId: string, from: string, to: string, opts?: CallOptions): Promise<void>;
 

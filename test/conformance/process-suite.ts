@@ -8,7 +8,7 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ExecExit, ProcessOutputEvent, SandboxDriver } from '../../src/core/index.js';
+import type { ExecExit, ProcessOutputEvent, SandboxDriver, WatchEvent } from '../../src/core/index.js';
 import { specFor, type ConformanceTarget } from './driver-suite.js';
 
 async function* once(b: Buffer): AsyncIterable<Uint8Array> {
@@ -166,6 +166,43 @@ export function processConformance(name: string, make: () => Promise<Conformance
       await expect(d.processOutput(id, 'exe_nope')).rejects.toMatchObject({ code: 'not_found' });
       await expect(d.killProcess(id, 'exe_nope')).rejects.toMatchObject({ code: 'not_found' });
       await expect(d.startProcess(id, 'exe_in', { argv: ['cat'], stdin: true })).rejects.toMatchObject({ code: 'invalid_argument' });
+    }, T);
+
+    caseIf(!opts.oneCase)('watches a tree: creates, moves and deletes below it, new directories included', async () => {
+      const id = await start('watch');
+      await d.mkdir(id, '/w', { parents: true });
+      await expect(d.watchFiles(id, '/missing')).rejects.toMatchObject({ code: 'not_found' });
+      const ac = new AbortController();
+      const seen: WatchEvent[] = [];
+      const wake = { poke: null as (() => void) | null };
+      const src = await d.watchFiles(id, '/w', { recursive: true, signal: ac.signal });
+      const reading = (async () => {
+        try {
+          for await (const ev of src) {
+            seen.push(ev);
+            wake.poke?.();
+          }
+        } catch (e) {
+          if (!ac.signal.aborted) throw e;
+        }
+      })();
+      const until = async (ok: (e: WatchEvent) => boolean) => {
+        for (let i = 0; !seen.some(ok); i++) {
+          expect(i, JSON.stringify(seen)).toBeLessThan(100);
+          await new Promise<void>((r) => ((wake.poke = r), setTimeout(r, 100)));
+        }
+      };
+      await d.mkdir(id, '/w/sub');
+      await until((e) => e.type === 'create' && e.path === '/w/sub' && e.isDir);
+      await d.writeFile(id, '/w/sub/f', once(Buffer.from('data')));
+      await until((e) => e.path === '/w/sub/f' && e.type !== 'delete');
+      await d.rename(id, '/w/sub/f', '/w/g');
+      await until((e) => e.type === 'move_to' && e.path === '/w/g');
+      await d.remove(id, '/w/g');
+      await until((e) => e.type === 'delete' && e.path === '/w/g');
+      expect(seen.some((e) => e.type === 'move_from' && e.path === '/w/sub/f')).toBe(true);
+      ac.abort();
+      await reading;
     }, T);
 
     caseIf(!opts.oneCase)('renames files and directories atomically; refuses what rename(2) refuses', async () => {

@@ -19,9 +19,10 @@ import type {
   ProcessOutputEvent,
   ProcessOutputOptions,
   SandboxIdentity,
+  WatchEvent,
 } from '../../core/sandbox.js';
 import { AgentExecHandle } from './exec-handle.js';
-import { OutputRoute, TAG_RE, V_J, parseJob } from './processes.js';
+import { OutputRoute, TAG_RE, V_J, WatchRoute, parseJob } from './processes.js';
 import {
   AGENT_PROTOCOL_VERSION,
   CHUNK,
@@ -46,6 +47,7 @@ import {
 } from './wire.js';
 
 export { AGENT_PROTOCOL_VERSION, agentError, LineSplitter } from './wire.js';
+export { MAX_PROCESSES, RING_BYTES } from './processes.js';
 
 export interface AgentChannelConnectOptions {
   /** Bytes from the agent. */
@@ -248,19 +250,8 @@ export class AgentChannel {
     for (const [k, v] of [['stdoutOffset', so], ['stderrOffset', eo]] as const) {
       if (!Number.isSafeInteger(v) || v < 0) throw new InvalidArgumentError(`${k} must be a non-negative integer`, { details: { [k]: v } });
     }
-    this.assertOpen();
-    throwIfAborted(opts.signal);
-    const id = this.nextId++;
-    const route = new OutputRoute({ id, execId, link: this.link, signal: opts.signal });
-    this.routes.set(id, route);
-    this.send(`O ${id} ${enc(execId)} ${so} ${eo} ${opts.follow ? 1 : 0}\n`);
-    try {
-      await raceAbort(route.opened.promise, opts.signal);
-    } catch (e) {
-      route.cancel();
-      throw e;
-    }
-    return route.iterable();
+    const line = (id: number) => `O ${id} ${enc(execId)} ${so} ${eo} ${opts.follow ? 1 : 0}\n`;
+    return (await this.openStream((id) => new OutputRoute({ id, execId, link: this.link, signal: opts.signal }), line, opts.signal)).iterable();
   }
 
   /** Signals a background command's process group; false when it had already ended. */
@@ -406,6 +397,14 @@ export class AgentChannel {
     await this.call((id) => `V ${id} ${enc(from)} ${enc(to)}\n`, route, opts.signal);
   }
 
+  /** inotify under path (PROTOCOL.md, "Watches"); resolves once the watch is in place. */
+  async watch(path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
+    checkPath(path);
+    const line = (id: number) => `Y ${id} ${enc(path)} ${opts.recursive ? 1 : 0}\n`;
+    const route = await this.openStream((id) => new WatchRoute({ id, path, link: this.link, signal: opts.signal }), line, opts.signal);
+    return { [Symbol.asyncIterator]: () => route.iterate() };
+  }
+
   // ---- machine ----
 
   /** Applies an identity: hostname, /etc/machine-id, seed mixed into the kernel pool, resume signal. */
@@ -431,6 +430,23 @@ export class AgentChannel {
   }
 
   // ---- internals ----
+
+  /** Sends a streaming request and waits for its first answer (route.opened); failing there cancels it. */
+  private async openStream<R extends Route & { opened: Deferred<unknown>; cancel(): void }>(make: (id: number) => R, line: (id: number) => string, signal?: AbortSignal): Promise<R> {
+    this.assertOpen();
+    throwIfAborted(signal);
+    const id = this.nextId++;
+    const route = make(id);
+    this.routes.set(id, route);
+    this.send(line(id));
+    try {
+      await raceAbort(route.opened.promise, signal);
+    } catch (e) {
+      route.cancel();
+      throw e;
+    }
+    return route;
+  }
 
   private async call<T>(line: (id: number) => string, route: ReplyRoute<T>, signal?: AbortSignal): Promise<T> {
     this.assertOpen();

@@ -1,9 +1,10 @@
 /**
  * The host side of background processes (PROTOCOL.md, "Background processes"): parsing the agent's `j`
- * records and the route that streams a process's rings (`O`) with read credit, like a file read.
+ * records, the route that streams a process's rings (`O`) with read credit like a file read, and the route
+ * of a file system watch (`Y`).
  */
 import { AppError, InvalidStateError, NotFoundError, SandboxError } from '../../core/errors.js';
-import type { ExecExit, ProcessInfo, ProcessOutputEvent } from '../../core/sandbox.js';
+import type { ExecExit, ProcessInfo, ProcessOutputEvent, WatchEvent } from '../../core/sandbox.js';
 import { GRANT_BATCH, V, dec, deferred, failure, num, raceAbort, type Link, type Route } from './wire.js';
 
 /** Bytes of each stream the agent keeps per background process (RING_MAX in agent.h). */
@@ -129,6 +130,85 @@ export class OutputRoute implements Route {
       }
     } finally {
       if (!finished) this.cancel();
+    }
+  }
+}
+
+// ---- watches (`Y`) ----
+
+const V_W = 0x77;
+/** Events a watch keeps while nobody reads them; beyond it they are dropped and one overflow is reported. */
+export const WATCH_QUEUE_MAX = 10_000;
+const WATCH_EVENTS = new Set(['create', 'modify', 'delete', 'move_from', 'move_to', 'attrib', 'overflow']);
+
+/** `Y`: `w <id> ready 0 <path>` first, then `w <id> <event> <isDir> <path>` lines until `A`. */
+export class WatchRoute implements Route {
+  readonly opened = deferred<void>();
+  private events: WatchEvent[] = [];
+  private done = false;
+  private overflowed = false;
+  private error: AppError | null = null;
+  private wake: (() => void) | null = null;
+
+  constructor(private readonly o: { id: number; path: string; link: Link; signal?: AbortSignal }) {}
+
+  onLine(verb: number, rest: Buffer): void {
+    if (this.done) return;
+    const f = rest.toString('latin1').split(' ');
+    if (verb === V_W) {
+      if (f[0] === 'ready') return this.opened.resolve();
+      if (!WATCH_EVENTS.has(f[0] ?? '') || (f[1] !== '0' && f[1] !== '1')) throw new SandboxError('malformed watch event from the agent');
+      if (this.events.length >= WATCH_QUEUE_MAX) {
+        if (!this.overflowed) this.events.push({ type: 'overflow', path: '', isDir: false });
+        this.overflowed = true;
+      } else {
+        this.overflowed = false;
+        this.events.push({ type: f[0] as WatchEvent['type'], isDir: f[1] === '1', path: dec(f[2]).toString('utf8') });
+      }
+    } else if (verb === V.r) {
+      if (f[0] !== '0') this.error = failure(f, this.o.path);
+      this.done = true;
+      this.o.link.release(this.o.id);
+      if (this.error) this.opened.reject(this.error);
+    } else {
+      return;
+    }
+    this.wake?.();
+  }
+
+  onFail(err: AppError): void {
+    this.error ??= err;
+    this.done = true;
+    this.opened.reject(err);
+    this.wake?.();
+  }
+
+  cancel(): void {
+    if (this.done) return;
+    this.done = true;
+    this.o.link.release(this.o.id);
+    try {
+      this.o.link.send(`A ${this.o.id}\n`);
+    } catch {
+      // the channel is gone, and the watch with it
+    }
+  }
+
+  async *iterate(): AsyncGenerator<WatchEvent> {
+    try {
+      for (;;) {
+        const ev = this.events.shift();
+        if (ev) {
+          yield ev;
+          continue;
+        }
+        if (this.error) throw this.error;
+        if (this.done) return;
+        await raceAbort(new Promise<void>((r) => (this.wake = r)), this.o.signal);
+        this.wake = null;
+      }
+    } finally {
+      this.cancel();
     }
   }
 }

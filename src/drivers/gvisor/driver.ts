@@ -16,6 +16,7 @@ import {
   type ProcessInfo,
   type ProcessOutputEvent,
   type ProcessOutputOptions,
+  type WatchEvent,
   type SandboxDriver,
   type SandboxSpec,
   type SandboxStats,
@@ -25,8 +26,7 @@ import {
   InvalidStateError,
   NoSpaceError,
 } from '../../core/index.js';
-import { AgentChannel } from '../agent/channel.js';
-import { MAX_PROCESSES, RING_BYTES } from '../agent/processes.js';
+import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { cgroupPids, freeze, freezerState, imageBound, readStats, removeCgroups, thaw } from './cgroup.js';
 import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { Runsc } from './runsc.js';
@@ -512,6 +512,9 @@ export class GvisorDriver implements SandboxDriver {
   }
   async killProcess(sandboxId: string, execId: string, opts: CallOptions & { signalNumber?: number } = {}): Promise<boolean> {
     return this.channel(sandboxId).killProcess(execId, opts);
+  }
+  async watchFiles(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
+    return this.channel(sandboxId).watch(path, opts);
   }
   async rename(sandboxId: string, from: string, to: string, opts: CallOptions = {}): Promise<void> {
     return this.channel(sandboxId).rename(from, to, opts);

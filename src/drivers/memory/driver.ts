@@ -39,20 +39,21 @@ import {
   type ProcessOutputEvent,
   type ProcessOutputOptions,
   type SandboxDriver,
+  type WatchEvent,
   type SandboxIdentity,
   type SandboxSpec,
   type SandboxStats,
 } from '../../core/index.js';
 import { MemoryExec } from './exec.js';
 import { MemoryFs, concat, type MemNode } from './fs.js';
-import { ProcessTable } from './processes.js';
+import { ProcessTable, watchTree } from './processes.js';
 import { EMPTY, runProgram, type ShellContext } from './shell.js';
 
 /** The port methods failNext can make fail. */
 export const MEMORY_DRIVER_OPS = [
   'probe', 'create', 'adopt', 'list', 'exec', 'readFile', 'writeFile', 'listFiles', 'stat', 'realpath', 'mkdir',
   'remove', 'rename', 'pause', 'resume', 'checkpoint', 'restore', 'stats', 'destroy', 'startProcess', 'listProcesses',
-  'processOutput', 'killProcess',
+  'processOutput', 'killProcess', 'watchFiles',
 ] as const;
 export type MemoryDriverOp = (typeof MEMORY_DRIVER_OPS)[number];
 
@@ -298,6 +299,13 @@ export class MemoryDriver implements SandboxDriver {
   async killProcess(sandboxId: string, execId: string, opts: CallOptions & { signalNumber?: number } = {}): Promise<boolean> {
     this.fault('killProcess', opts);
     return this.box(sandboxId).procs.kill(execId, opts.signalNumber ?? 15);
+  }
+
+  async watchFiles(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
+    this.fault('watchFiles', opts);
+    const fs = this.box(sandboxId).fs;
+    const root = fs.stat(path).path; // a missing path fails here, as inotify_add_watch would
+    return watchTree(fs, root, !!opts.recursive, opts.signal);
   }
 
   async rename(sandboxId: string, from: string, to: string, opts?: CallOptions): Promise<void> {

@@ -5,7 +5,8 @@
  * followed live. A checkpoint carries the records (a running one is saved as killed: the memory driver
  * does not carry live commands, `liveMemory: false`).
  */
-import { AppError, NotFoundError, abortError, type ExecExit, type ExecHandle, type ProcessInfo, type ProcessOutputEvent, type ProcessOutputOptions } from '../../core/index.js';
+import type { MemoryFs } from './fs.js';
+import { AppError, NotFoundError, abortError, type WatchEvent, type ExecExit, type ExecHandle, type ProcessInfo, type ProcessOutputEvent, type ProcessOutputOptions } from '../../core/index.js';
 
 /** The last `cap` bytes of a stream; offsets count every byte ever appended. */
 export class Ring {
@@ -194,4 +195,44 @@ function concatRing(r: Ring): Uint8Array {
 function refill(r: Ring, data: Uint8Array): Ring {
   r.append(data);
   return r;
+}
+
+/** The memory driver's watch: events of changes in the tree at root (direct children only, unless recursive). */
+export function watchTree(fs: MemoryFs, root: string, recursive: boolean, signal?: AbortSignal): AsyncIterable<WatchEvent> {
+  const queue: WatchEvent[] = [];
+  let wake: (() => void) | null = null;
+  const under = (p: string) => {
+    if (p === root) return true;
+    const rel = p.startsWith(root === '/' ? '/' : `${root}/`) ? p.slice(root === '/' ? 1 : root.length + 1) : null;
+    return rel !== null && (recursive || !rel.includes('/'));
+  };
+  const w = (ev: WatchEvent) => {
+    if (!under(ev.path)) return;
+    queue.push(ev);
+    wake?.();
+  };
+  fs.watchers.add(w); // in place before this returns: later changes are seen
+  return (async function* () {
+    try {
+      for (;;) {
+        const ev = queue.shift();
+        if (ev) {
+          yield ev;
+          continue;
+        }
+        await new Promise<void>((res, rej) => {
+          if (signal?.aborted) return rej(abortError(signal));
+          const onAbort = () => rej(abortError(signal!));
+          signal?.addEventListener('abort', onAbort, { once: true });
+          wake = () => {
+            signal?.removeEventListener('abort', onAbort);
+            wake = null;
+            res();
+          };
+        });
+      }
+    } finally {
+      fs.watchers.delete(w);
+    }
+  })();
 }

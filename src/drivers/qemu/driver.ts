@@ -23,8 +23,7 @@ import {
   SandboxError,
   UnavailableError,
 } from '../../core/index.js';
-import { AgentChannel } from '../agent/channel.js';
-import { MAX_PROCESSES, RING_BYTES } from '../agent/processes.js';
+import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { type GuestImage, type GuestRecipe, ensureGuestImage, withAgent } from '../image/guest.js';
 import {
   QEMU_BINARY,
@@ -540,6 +539,7 @@ export class QemuDriver implements SandboxDriver {
   readonly listProcesses: SandboxDriver['listProcesses'] = async (id, opts) => (await this.settledChannel(id)).listProcesses(opts);
   readonly processOutput: SandboxDriver['processOutput'] = async (id, execId, opts) => (await this.settledChannel(id)).processOutput(execId, opts);
   readonly killProcess: SandboxDriver['killProcess'] = async (id, execId, opts) => (await this.settledChannel(id)).killProcess(execId, opts);
+  readonly watchFiles: SandboxDriver['watchFiles'] = async (id, path, opts) => (await this.settledChannel(id)).watch(path, opts);
   readonly rename: SandboxDriver['rename'] = async (id, from, to, opts) => (await this.settledChannel(id)).rename(from, to, opts);
   async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
     return (await this.settledChannel(sandboxId)).readFile(path, opts);

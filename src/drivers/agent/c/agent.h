@@ -16,7 +16,7 @@
  *
  * Sections, one room each: 1 limits and state (this header; the state is defined in state.c),
  * 2 utilities and 3 base64 (util.c), 4 output and 5 line parsing (output.c), 6 commands (exec.c),
- * 7 file reads and writes (files.c), 8 file system queries (fs.c), 15 background processes (bg.c), 9 identity, 10 hello/quiesce/reset and
+ * 7 file reads and writes (files.c), 8 file system queries (fs.c), 15 background processes (bg.c), 16 watches (watch.c), 9 identity, 10 hello/quiesce/reset and
  * 11 dispatch (control.c), 12 the host channel and 13 signals and reaping (channel.c), 14 main loop
  * (main.c). The agent is one thread: the state below is shared by the files, never by threads.
  */
@@ -67,6 +67,7 @@ extern char **environ;
 #define MAX_CREDIT (1u << 20)      /* cap on outstanding read grants (guards against overflow) */
 #define RING_MAX (1u << 20)        /* bytes of each stream a background process keeps (the last ones) */
 #define BG_MAX 32                  /* background process records kept (running + finished) */
+#define WATCH_MAX_DIRS 8192        /* directories one recursive watch may cover */
 #define BG_ARGV_MAX (256u * 1024)  /* bytes of argv a background process may have (it is echoed by J) */
 
 extern const char *DEFAULT_PATH;
@@ -163,6 +164,16 @@ extern struct fread *reads;
 extern struct fwrite *writes;
 extern struct flist *lists;
 extern struct helper *helpers;
+/* A file system watch (`Y`): its own inotify instance; paths[wd] is the watched path of each descriptor. */
+struct watch {
+  struct watch *next;
+  uint64_t id;
+  int fd, recursive;
+  char **paths;
+  size_t cap, count;
+};
+
+extern struct watch *watches;
 extern struct bg *bgs;
 extern struct bgfollow *follows;
 
@@ -279,6 +290,12 @@ int follows_can_progress(void);
 int follow_grant(uint64_t id, uint64_t n);
 int follow_abort(uint64_t id);
 void follows_reset(void);
+
+/* watch.c: file system watches (Y) */
+void cmd_watch(uint64_t id);
+void watch_read(struct watch *w);
+int watch_abort(uint64_t id);
+void watches_reset(void);
 
 /* control.c: identity (N), hello/quiesce/reset (H Q) and dispatch of host lines */
 void process_input(void);

@@ -107,6 +107,7 @@ static void reset_channel_state(void) {
     free(l);
   }
   follows_reset();
+  watches_reset();
   out_drop_unsent();
 }
 
@@ -149,6 +150,7 @@ static void handle_line(char *line, size_t len) {
   case 'J': cmd_jobs(id); break;
   case 'O': cmd_output(id); break;
   case 'Z': cmd_signal_bg(id); break;
+  case 'Y': cmd_watch(id); break;
   case 'I': cmd_stdin(id); break;
   case 'C': cmd_close_stdin(id); break;
   case 'K': cmd_kill(id); break;

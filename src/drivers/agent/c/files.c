@@ -160,7 +160,7 @@ void cmd_finish(uint64_t id) {
 
 /* A <id>: aborts a write (temporary file removed) or a read. */
 void cmd_abort(uint64_t id) {
-  if (follow_abort(id)) {
+  if (follow_abort(id) || watch_abort(id)) {
     reply_ok(id, "-");
     return;
   }
