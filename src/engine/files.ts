@@ -53,7 +53,7 @@ export function fileService(m: ProcessSteps): FileService {
     async move(p, sessionId, from, to, opts = {}) {
       const { tenantId, d, sandboxId } = await m.live(p, sessionId, opts);
       await d.rename(sandboxId, checkPath('from', from), checkPath('to', to), opts);
-      m.audit(p, tenantId, sessionId, 'session.files.move', { from, to });
+      await m.audit(p, tenantId, sessionId, 'session.files.move', { from, to });
     },
 
     async pushTar(p, sessionId, dir, tar, opts = {}) {
@@ -76,7 +76,7 @@ export function fileService(m: ProcessSteps): FileService {
       }
       const exit = await h.wait();
       const err = await stderr;
-      m.audit(p, tenantId, sessionId, 'session.files.push', { path: dir, bytes, exitCode: exit.code });
+      await m.audit(p, tenantId, sessionId, 'session.files.push', { path: dir, bytes, exitCode: exit.code });
       if (exit.code !== 0) throw tarFailure(exit.code, err, `push into ${dir}`);
       return bytes;
     },
@@ -91,7 +91,7 @@ export function fileService(m: ProcessSteps): FileService {
       const st = await d.stat(sandboxId, checkPath('path', dir), opts);
       if (st.type !== 'dir') throw new InvalidArgumentError(`path: ${dir} is not a directory`, { details: { field: 'path', type: st.type } });
       const h = await d.exec(sandboxId, { argv: ['tar', '-c', '-f', '-', '-C', dir, '.'] }, opts);
-      m.audit(p, tenantId, sessionId, 'session.files.pull', { path: dir });
+      await m.audit(p, tenantId, sessionId, 'session.files.pull', { path: dir });
       return (async function* () {
         let err = '';
         let done = false;

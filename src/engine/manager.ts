@@ -120,7 +120,7 @@ export class SessionManager implements Engine {
         const { r, d, sandboxId } = await this.live(p, id, opts);
         return { tenantId: r.tenantId, d, sandboxId };
       },
-      audit: (p, tenantId, id, action, data) => void this.audit(p, tenantId, id, action, 'ok', data),
+      audit: (p, tenantId, id, action, data) => this.audit(p, tenantId, id, action, 'ok', data),
       meter: (id, f) => this.bump(id, f),
     };
     this.processes = processService(steps);

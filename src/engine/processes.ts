@@ -25,7 +25,7 @@ import type { PendingCounts } from './metering.js';
 export interface ProcessSteps {
   /** The running sandbox of a session for an operator (wakes a hibernated one); refuses agent tokens. */
   live(p: Principal, sessionId: string, opts: CallOptions): Promise<{ tenantId: string; d: SandboxDriver; sandboxId: string }>;
-  audit(p: Principal, tenantId: string, sessionId: string, action: string, data: Record<string, unknown>): void;
+  audit(p: Principal, tenantId: string, sessionId: string, action: string, data: Record<string, unknown>): Promise<unknown>;
   meter(sessionId: string, f: Partial<PendingCounts>): void;
 }
 
@@ -63,7 +63,7 @@ export function processService(m: ProcessSteps): ProcessService {
       const execId = newId('exec');
       const { pid } = await d.startProcess(sandboxId, execId, { ...req, stdin: false }, opts);
       m.meter(sessionId, { execCount: 1 });
-      m.audit(p, tenantId, sessionId, 'session.exec', { execId, argv: req.argv, cwd: req.cwd ?? null, timeoutMs: req.timeoutMs ?? null, background: true, pid });
+      await m.audit(p, tenantId, sessionId, 'session.exec', { execId, argv: req.argv, cwd: req.cwd ?? null, timeoutMs: req.timeoutMs ?? null, background: true, pid });
       return { execId, pid };
     },
 
@@ -96,7 +96,7 @@ export function processService(m: ProcessSteps): ProcessService {
       checkExecId(execId);
       const { tenantId, d, sandboxId } = await m.live(p, sessionId, opts);
       const signalled = await d.killProcess(sandboxId, execId, opts);
-      m.audit(p, tenantId, sessionId, 'session.exec.kill', { execId, signal: opts.signalNumber ?? 15, signalled });
+      await m.audit(p, tenantId, sessionId, 'session.exec.kill', { execId, signal: opts.signalNumber ?? 15, signalled });
       return { signalled };
     },
   };
