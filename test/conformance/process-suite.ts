@@ -63,13 +63,17 @@ export function processConformance(name: string, make: () => Promise<Conformance
     it('runs a command in the background: listed, its output replayed and followed, its exit kept; survives a checkpoint', async () => {
       const id = await start('bg');
       expect(d.capabilities.processRingBytes).toBe(1 << 20);
-      const { pid } = await d.startProcess(id, 'exe_one', { argv: ['sh', '-c', 'echo hello; echo oops >&2; sleep 1.5; echo done; exit 3'], env: { X: '1' } });
+      const { pid } = await d.startProcess(id, 'exe_one', { argv: ['sh', '-c', 'echo hello; echo oops >&2; sleep 3; echo done; exit 3'], env: { X: '1' } });
       expect(pid).toBeGreaterThan(0);
       const [running] = await d.listProcesses(id);
       expect(running).toMatchObject({ execId: 'exe_one', pid, state: 'running', exit: null, endedAt: null, argv: ['sh', '-c', expect.stringContaining('echo hello')] });
       await expect(d.startProcess(id, 'exe_one', { argv: ['true'] })).rejects.toMatchObject({ code: 'conflict' });
       // Without follow: what is there now, and no exit yet.
-      await new Promise((r) => setTimeout(r, 300));
+      // Wait for the first line by the record's byte count (no fixed sleep: TCG under load is slow).
+      for (let i = 0; (await d.listProcesses(id))[0]!.stdoutBytes < 6; i++) {
+        expect(i).toBeLessThan(300);
+        await new Promise((r) => setTimeout(r, 50));
+      }
       const now = await drain(await d.processOutput(id, 'exe_one'));
       expect(now.stdout.toString()).toBe('hello\n');
       expect(now.exit).toBeNull();
