@@ -116,9 +116,6 @@ export const ProcessOutputQuerySchema = z.object({
 
 // ---- files (§4) ----
 
-/** PUT …/files: parents=false makes a missing parent directory an error (default: created, as E2B does). */
-export const WriteFileParentsQuerySchema = z.object({ parents: queryBool.optional() });
-
 export interface MoveBody {
   from: string;
   to: string;

@@ -1,27 +1,33 @@
 /**
  * The background-process routes over the real engine and the in-memory driver: statuses, the NDJSON
- * output with offsets and cursors, resuming from a cursor, bad input, and agent tokens refused.
+ * output with offsets and cursors, resuming from a cursor, bad input, and agent tokens refused. Every
+ * response (JSON, and each NDJSON line) is validated against the OpenAPI document as it passes.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createApp } from './app.js';
 import { base64ToBytes, type ProcessOutputLine } from '../protocol/index.js';
 import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
+import { responseChecker, type ResponseChecker } from '../../test/helpers/openapi.js';
 
 let t: TestEngine;
-let app: ReturnType<typeof createApp>;
+let app: { fetch: (r: Request) => Promise<Response> };
+let checker: ResponseChecker;
 let AUTH: Record<string, string>;
 
 beforeEach(async () => {
   t = await createTestEngine();
-  app = createApp({ engine: t.engine });
+  checker = responseChecker();
+  app = checker.wrap(createApp({ engine: t.engine }));
   AUTH = { authorization: `Bearer ${t.rootKey}`, 'content-type': 'application/json' };
 });
 afterEach(async () => {
+  await checker.settle();
   await t.close();
+  expect(checker.violations).toEqual([]);
 });
 
 async function call(method: string, path: string, body?: unknown, headers = AUTH) {
-  const res = await app.request(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await app.fetch(new Request(`http://127.0.0.1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
   const text = await res.text();
   let json: any;
   try {
@@ -72,6 +78,16 @@ describe('background processes over HTTP', () => {
     const audit = (await t.engine.auditQuery(t.root, { sessionId: s.id })).map((e) => e.action);
     expect(audit.filter((a) => a === 'session.exec')).toHaveLength(2);
     expect(audit).toContain('session.exec.kill');
+    await checker.settle();
+    expect([...checker.seen.keys()]).toEqual(
+      expect.arrayContaining([
+        'POST /v1/sessions/{id}/exec',
+        'GET /v1/sessions/{id}/processes',
+        'GET /v1/sessions/{id}/processes/{execId}',
+        'GET /v1/sessions/{id}/processes/{execId}/output',
+        'POST /v1/sessions/{id}/processes/{execId}/kill',
+      ]),
+    );
   });
 
   it('answers 404 for an unknown execId, 400 for bad input, and refuses agent tokens', async () => {

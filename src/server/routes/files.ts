@@ -4,7 +4,6 @@ import {
   MkdirBodySchema,
   RemoveFileQuerySchema,
   WriteFileQuerySchema,
-  WriteFileParentsQuerySchema,
   MoveBodySchema,
   TarQuerySchema,
   TAR,
@@ -28,8 +27,7 @@ export function fileRoutes({ engine, log, execHeartbeatMs }: RouteDeps): Hono<En
   r.put('/sessions/:id/files', async (c) => {
     const id = idParam(c, 'session');
     const q = readQuery(c, WriteFileQuerySchema);
-    const { parents } = readQuery(c, WriteFileParentsQuerySchema);
-    const bytes = await engine.writeFile(principal(c), id, q.path, bodyChunks(c.req.raw), { ...callOpts(c), mode: q.mode, parents: parents ?? true });
+    const bytes = await engine.writeFile(principal(c), id, q.path, bodyChunks(c.req.raw), { ...callOpts(c), mode: q.mode, parents: q.parents ?? true });
     return c.json<FileWriteView>({ path: q.path, bytes });
   });
 
