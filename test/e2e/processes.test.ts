@@ -31,8 +31,9 @@ async function serve(dataDir: string, port: number): Promise<ChildProcess> {
   let out = '';
   child.stdout?.on('data', (b: Buffer) => (out += b.toString()));
   child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
-  for (let i = 0; i < 600; i++) {
-    if (out.includes('"listening"')) return child;
+  // It listens at once and answers 503 while its backends are prepared: wait for "ready".
+  for (let i = 0; i < 2400; i++) {
+    if (out.includes('"msg":"ready"')) return child;
     if (child.exitCode !== null) throw new Error(`berth serve exited: ${out}`);
     await sleep(100);
   }
@@ -122,5 +123,5 @@ describe.skipIf(skip)('background processes: hibernate, wake and a server SIGKIL
     expect(cli(['logs', s.id, 'exe_00000000000000000000']).code).toBe(1);
     expect(cli(['logs', s.id, 'exe_00000000000000000000']).stderr).toContain('not_found');
     await s.terminate();
-  }, 240_000);
+  }, 600_000);
 });
