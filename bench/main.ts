@@ -61,6 +61,7 @@ async function main(): Promise<void> {
       if (only.has('gvisor') && side.engine.health().backends.gvisor?.available) {
         const rootfs = await ensureRootfs({ cacheDir });
         rows.push(...(await benchGvisor({ berth, rootfs, agentDir: dirname(join(root, 'dist', 'agent', 'berth-agent')), quick, snapshotsDir: join(dataDir, 'snapshots'), log })));
+        rows.push(...(await (await import('./processes.js')).benchProcesses({ berth, quick, log })));
       }
       if (only.has('qemu')) {
         const { benchQemuRows } = await import('./qemu.js');

@@ -95,6 +95,34 @@ describe('the OpenAPI document', () => {
     await s.files.list('/');
     await s.files.stat('/f.txt');
     await s.files.rm('/d', { recursive: true });
+    await s.files.write('/deep/er/g.txt', 'made parents');
+    await s.files.move('/deep/er/g.txt', '/deep/h.txt');
+
+    // Background processes: started at once (JSON), listed, shown, replayed and followed (NDJSON), killed.
+    const bg = await s.exec(['sh', '-c', 'echo out; echo err >&2; exit 3'], { background: true });
+    expect((await bg.wait()).code).toBe(3);
+    const replayed: string[] = [];
+    for await (const ev of bg.output()) if (ev.type !== 'exit') replayed.push(ev.type);
+    expect(replayed.sort()).toEqual(['stderr', 'stdout']);
+    expect((await s.processes.list()).map((p) => p.execId)).toContain(bg.execId);
+    expect((await bg.info()).exitCode).toBe(3);
+    const bgSleeper = await s.exec(['sleep', '30'], { background: true });
+    expect((await bgSleeper.kill({ signal: 'TERM' })).signalled).toBe(true);
+
+    // Directory trees as tar: the memory sandbox has no tar, so these answer the documented 503.
+    expect((await raw(`/v1/sessions/${s.id}/files/tar?path=/deep`)).status).toBe(503);
+    expect((await raw(`/v1/sessions/${s.id}/files/tar?path=/deep`, { method: 'PUT', headers: { 'content-type': 'application/x-tar' }, body: new Uint8Array(1024) })).status).toBe(503);
+
+    // A watch: ready, then an event; the client leaving ends it (its lines are checked as they pass).
+    const watch = await raw(`/v1/sessions/${s.id}/files/watch?path=/deep&recursive=true`);
+    expect(watch.status).toBe(200);
+    const wr = watch.body!.getReader();
+    let got = '';
+    while (!got.includes('\n')) got += new TextDecoder().decode((await wr.read()).value);
+    expect(JSON.parse(got.split('\n')[0]!)).toEqual({ type: 'ready' });
+    await s.files.write('/deep/new.txt', 'x');
+    while (!got.includes('"event"')) got += new TextDecoder().decode((await wr.read()).value);
+    await wr.cancel();
 
     await s.pause();
     await s.resume();

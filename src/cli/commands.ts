@@ -121,21 +121,34 @@ export const SPEC = {
           cwd: { kind: 'string', arg: 'DIR', help: 'working directory (absolute)' },
           env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },
           timeout: { kind: 'int', arg: 'MS', ...range(LIMITS.timeoutMs), help: 'kill the command after MS ms (exit 124)' },
-          json: { kind: 'bool', help: 'events as JSON lines (output base64), exit status still the command’s' },
+          background: { kind: 'bool', short: 'b', help: 'start it and return at once, printing its execId (output kept: berth logs)' },
+          json: { kind: 'bool', help: 'events as JSON lines (output base64), exit status still the command’s; with --background {execId,pid}' },
         },
       },
     },
   },
   files: {
-    summary: 'write | read | list | stat | mkdir | rm files in a session',
+    summary: 'write | read | list | stat | mkdir | rm | mv | push | pull | watch files in a session',
     aliases: { ls: 'list' },
     commands: {
-      write: { args: 'ID PATH', min: 2, max: 2, tail: '< data', completes: ['session'], summary: 'stdin to PATH, atomically', flags: { mode: { kind: 'string', arg: 'OCTAL', help: 'file mode, e.g. 644' }, json } },
+      write: {
+        args: 'ID PATH',
+        min: 2,
+        max: 2,
+        tail: '< data',
+        completes: ['session'],
+        summary: 'stdin to PATH, atomically (missing parents made)',
+        flags: { mode: { kind: 'string', arg: 'OCTAL', help: 'file mode, e.g. 644' }, 'no-parents': { kind: 'bool', help: 'fail if the parent directory is missing' }, json },
+      },
       read: { args: 'ID PATH', min: 2, max: 2, tail: '> data', completes: ['session'], summary: 'PATH to stdout', flags: {} },
       list: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { json } },
       stat: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { json } },
       mkdir: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { parents: { kind: 'bool', short: 'p', help: 'create missing parents' }, json } },
       rm: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], flags: { recursive: { kind: 'bool', short: 'r', help: 'remove a directory and its contents' }, json } },
+      mv: { args: 'ID FROM TO', min: 3, max: 3, completes: ['session'], summary: 'rename or move within the session', flags: { json } },
+      push: { args: 'ID LOCAL_DIR REMOTE_DIR', min: 3, max: 3, completes: ['session', 'file'], summary: 'a local directory into the session (as tar)', flags: { json } },
+      pull: { args: 'ID REMOTE_DIR LOCAL_DIR', min: 3, max: 3, completes: ['session'], summary: 'a session directory to a local one (as tar)', flags: {} },
+      watch: { args: 'ID PATH', min: 2, max: 2, completes: ['session'], summary: 'one JSON line per change until Ctrl-C', flags: { recursive: { kind: 'bool', short: 'r', help: 'watch subdirectories too' } } },
     },
   },
   pause: lifecycle('freeze a session (memory kept)'),
@@ -286,6 +299,30 @@ export const SPEC = {
   mcp: {
     summary: "serve a session's tools over MCP on stdio",
     commands: { '': { max: 0, flags: { session: { kind: 'string', arg: 'ID', required: true, completes: 'session', help: "the session (BERTH_TOKEN: normally its agent token)" } } } },
+  },
+  ps: { summary: "list a session's background processes", commands: { '': { ...id, flags: { json } } } },
+  logs: {
+    summary: 'replay (and --follow) the output of a background process',
+    commands: {
+      '': {
+        args: 'ID EXECID',
+        min: 2,
+        max: 2,
+        completes: ['session'],
+        flags: {
+          follow: { kind: 'bool', short: 'f', help: 'stream live until the command ends (exit status: the command’s); Ctrl-C detaches' },
+          offset: { kind: 'string', arg: 'N|N,M', help: 'start at byte N of stdout (and M of stderr), e.g. a nextOffset' },
+          stdout: { kind: 'bool', help: 'only stdout' },
+          stderr: { kind: 'bool', help: 'only stderr' },
+        },
+      },
+    },
+  },
+  kill: {
+    summary: 'signal a background process',
+    commands: {
+      '': { args: 'ID EXECID', min: 2, max: 2, completes: ['session'], flags: { signal: { kind: 'string', arg: 'SIG', short: 's', help: 'signal name or number (default TERM)' }, json } },
+    },
   },
   demo: {
     summary: 'run the Plan-then-Execute scenario against the server',

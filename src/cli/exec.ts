@@ -12,6 +12,9 @@ export const TIMEOUT_EXIT = 124;
  *
  * --json prints the events as JSON lines on stdout, in the form of the HTTP exec stream (ExecStreamLine):
  * {"type":"started","execId","sessionId"}, {"type":"stdout"|"stderr","data":base64}, {"type":"exit",…}.
+ *
+ * --background starts the command and returns at once (exit 0), printing its execId (with --json
+ * {"execId","pid"}); it runs on by itself and its output stays in the sandbox (`berth logs ID EXECID`).
  */
 export async function run(ctx: VerbContext): Promise<number> {
   const { values: v, positionals, rest } = parseCommand('exec', '', ctx.argv);
@@ -22,6 +25,12 @@ export async function run(ctx: VerbContext): Promise<number> {
 
   const { io } = ctx;
   const session = await ctx.client().sessions.get(id!);
+  if (v.background) {
+    const p = await session.exec(argv, { cwd: v.cwd, env: v.env, timeoutMs, background: true });
+    if (v.json) io.stdout.write(`${JSON.stringify({ execId: p.execId, pid: p.pid })}\n`);
+    else io.stdout.write(`${p.execId}\n`);
+    return 0;
+  }
   const ac = new AbortController();
   const ex = await session.exec(argv, {
     cwd: v.cwd,

@@ -1,4 +1,7 @@
 import { UsageError, parseCommand, printJson, println, table, writeBytes, type VerbContext } from './common.js';
+import { commandUsage } from './usage.js';
+import { SPEC } from './commands.js';
+import { mv, pull, push, watch } from './files-more.js';
 
 export async function run(ctx: VerbContext): Promise<number> {
   switch (ctx.sub) {
@@ -12,6 +15,14 @@ export async function run(ctx: VerbContext): Promise<number> {
       return stat(ctx);
     case 'mkdir':
       return mkdir(ctx);
+    case 'mv':
+      return mv(ctx);
+    case 'push':
+      return push(ctx);
+    case 'pull':
+      return pull(ctx);
+    case 'watch':
+      return watch(ctx);
     default:
       return rm(ctx);
   }
@@ -23,11 +34,11 @@ function idAndPath(positionals: string[]): [string, string] {
 
 async function write(ctx: VerbContext): Promise<number> {
   const { values: v, positionals } = parseCommand('files', 'write', ctx.argv);
-  if (v.mode !== undefined && !/^0?[0-7]{3,4}$/.test(v.mode)) throw new UsageError(`--mode: must be octal such as 644, got ${JSON.stringify(v.mode)}`, 'berth files write ID PATH [--mode OCTAL] [--json] < data');
+  if (v.mode !== undefined && !/^0?[0-7]{3,4}$/.test(v.mode)) throw new UsageError(`--mode: must be octal such as 644, got ${JSON.stringify(v.mode)}`, commandUsage('files', 'write', SPEC.files.commands.write));
   const [id, path] = idAndPath(positionals);
   const s = await ctx.client().sessions.get(id);
   // stdin streams straight into the request body: a 100 MB file is never held whole.
-  const r = await s.files.write(path, ctx.io.stdin, { mode: v.mode === undefined ? undefined : parseInt(v.mode, 8) });
+  const r = await s.files.write(path, ctx.io.stdin, { mode: v.mode === undefined ? undefined : parseInt(v.mode, 8), parents: !v['no-parents'] });
   if (v.json) printJson(ctx.io, r);
   else println(ctx.io, `wrote ${r.bytes} bytes to ${r.path}`);
   return 0;

@@ -70,6 +70,51 @@ export interface ExecHandle extends AsyncIterable<ExecEvent> {
   wait(): Promise<ExecExit>;
 }
 
+/** A command started with startProcess: it runs on without a stream, its output kept inside the sandbox. */
+export interface ProcessInfo {
+  /** The name given at start (the engine's `exe_…` id); unique within the sandbox. */
+  execId: string;
+  pid: number;
+  argv: string[];
+  state: 'running' | 'exited';
+  /** Set once state is 'exited'. */
+  exit: ExecExit | null;
+  /** Milliseconds since the epoch (the sandbox's clock). */
+  startedAt: number;
+  endedAt: number | null;
+  /** Bytes the command has written to each stream since it started (the ring keeps the last ringBytes). */
+  stdoutBytes: number;
+  stderrBytes: number;
+}
+
+/**
+ * A piece of a background command's output: `offset` is the stream byte offset of data[0] (counted from the
+ * command's start), so a reader that resumes from offset + data.length misses and repeats nothing. A gap
+ * between the offset asked for and the first one given means the ring had already dropped those bytes.
+ */
+export type ProcessOutputEvent =
+  | { type: 'stdout' | 'stderr'; offset: number; data: Uint8Array }
+  | { type: 'exit'; exit: ExecExit };
+
+export interface ProcessOutputOptions extends CallOptions {
+  /** Keep streaming live output until the command ends (or the iteration stops). Default false. */
+  follow?: boolean;
+  /** Stream byte offsets to start from. Default 0 (the oldest bytes the ring holds). */
+  stdoutOffset?: number;
+  stderrOffset?: number;
+}
+
+/**
+ * A file system event under a watched path. `overflow`: events were lost (the kernel's queue, or a reader
+ * that fell too far behind); rescan what matters.
+ */
+export interface WatchEvent {
+  type: 'create' | 'modify' | 'delete' | 'move_from' | 'move_to' | 'attrib' | 'overflow';
+  /** Absolute path inside the sandbox ('' for overflow). */
+  path: string;
+  isDir: boolean;
+}
+
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
 export interface FileEntry {
   name: string;
@@ -108,6 +153,10 @@ export interface DriverCapabilities {
    * built-in commands (the in-memory test driver, see drivers/memory/shell.ts).
    */
   userland: 'full' | 'builtin';
+  /** Bytes of each output stream (stdout, stderr) a background process keeps: the last ones. */
+  processRingBytes: number;
+  /** Background process records kept per sandbox (running and finished; the oldest finished go first). */
+  maxProcesses: number;
 }
 
 export interface CallOptions {
@@ -137,6 +186,22 @@ export interface SandboxDriver {
 
   exec(sandboxId: string, req: ExecRequest, opts?: CallOptions): Promise<ExecHandle>;
 
+  /**
+   * Starts a command that outlives every stream: stdin is /dev/null, stdout and stderr go to rings inside the
+   * sandbox (so they are in every snapshot). req.stdin must not be true. Resolves once it is forked.
+   */
+  startProcess(sandboxId: string, execId: string, req: ExecRequest, opts?: CallOptions): Promise<{ pid: number }>;
+  /** Background commands the sandbox holds, newest first. */
+  listProcesses(sandboxId: string, opts?: CallOptions): Promise<ProcessInfo[]>;
+  /**
+   * What the rings hold from the given offsets, then (follow) live output; ends with an exit event once the
+   * command has ended. Rejects NotFoundError for an unknown execId. Stopping the iteration never stops the
+   * command.
+   */
+  processOutput(sandboxId: string, execId: string, opts?: ProcessOutputOptions): Promise<AsyncIterable<ProcessOutputEvent>>;
+  /** Signals the command's process group with signalNumber (default 15, SIGTERM). Resolves false when it had already ended. */
+  killProcess(sandboxId: string, execId: string, opts?: CallOptions & { signalNumber?: number }): Promise<boolean>;
+
   readFile(sandboxId: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>>;
   /** Writes atomically: the file appears whole or not at all. Returns bytes written. */
   writeFile(
@@ -151,6 +216,13 @@ export interface SandboxDriver {
   realpath(sandboxId: string, path: string, opts?: CallOptions): Promise<string>;
   mkdir(sandboxId: string, path: string, opts?: CallOptions & { parents?: boolean }): Promise<void>;
   remove(sandboxId: string, path: string, opts?: CallOptions & { recursive?: boolean }): Promise<void>;
+  /**
+   * Streams file system events under path (with recursive, the whole tree, new directories included) until
+   * the iteration stops. Resolves once the watch is in place, so changes made after it are seen.
+   */
+  watchFiles(sandboxId: string, path: string, opts?: CallOptions & { recursive?: boolean }): Promise<AsyncIterable<WatchEvent>>;
+  /** rename(2) inside the sandbox: atomic, same file system only; replaces a file at `to`. */
+  rename(sandboxId: string, from: string, to: string, opts?: CallOptions): Promise<void>;
 
   pause(sandboxId: string, opts?: CallOptions): Promise<void>;
   resume(sandboxId: string, opts?: CallOptions): Promise<void>;

@@ -58,7 +58,8 @@ export interface Engine {
   getExec(p: Principal, sessionId: string, execId: string): Promise<ExecHandle>;
 
   readFile(p: Principal, id: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>>;
-  writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts?: CallOptions & { mode?: number }): Promise<number>;
+  /** Creates missing parent directories first unless parents is false. */
+  writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts?: CallOptions & { mode?: number; parents?: boolean }): Promise<number>;
   listFiles(p: Principal, id: string, path: string, opts?: CallOptions): Promise<FileEntry[]>;
   statFile(p: Principal, id: string, path: string, opts?: CallOptions): Promise<FileStat>;
   mkdir(p: Principal, id: string, path: string, opts?: CallOptions & { parents?: boolean }): Promise<void>;
@@ -87,9 +88,18 @@ export interface Engine {
 
   /** The tool gate: every agent tool call and the gate's operator surface. Every engine has one. */
   readonly gate: GateService;
+  /** Background processes (engine/processes.ts): operator calls; kept inside each sandbox. */
+  readonly processes: ProcessService;
+  /** File verbs beyond one file: move, tar push/pull, watch (engine/files.ts). */
+  readonly files: FileService;
 }
 
 // ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
+
+import type { ProcessService } from './processes.js';
+import type { FileService } from './files.js';
+export type { FileService } from './files.js';
+export type { ProcessOutputRequest, ProcessService } from './processes.js';
 
 import type { CallResult, ToolView } from '../core/index.js';
 export type { CallResult, GateStage, ToolView } from '../core/index.js';

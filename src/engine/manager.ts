@@ -32,6 +32,8 @@ import {
 } from '../core/index.js';
 import type { CreateSessionInput, Engine, SessionInfo, SessionListFilter } from './api.js';
 import { ToolGate, type ToolGateOptions } from './gate.js';
+import { fileService, type FileService } from './files.js';
+import { processService, type ProcessService, type ProcessSteps } from './processes.js';
 import { sandboxAccess } from './sandbox-access.js';
 import { authenticate, newAgentToken, newSecret } from './auth.js';
 import { KeyedMutex, mapLimit } from './lock.js';
@@ -93,6 +95,10 @@ export class SessionManager implements Engine {
   private closed = false;
   /** The tool gate: authorizes and runs every agent tool call (engine/gate.ts). */
   readonly gate: ToolGate;
+  /** Background processes (engine/processes.ts), over this manager's live/audit/meter steps. */
+  readonly processes: ProcessService;
+  /** move, tar push/pull, watch (engine/files.ts). */
+  readonly files: FileService;
 
   get auditProofs(): AuditProofs | undefined {
     return this.o.auditProofs;
@@ -109,6 +115,16 @@ export class SessionManager implements Engine {
       pause: (id) => this.pause(SYSTEM, id),
       resume: (p, id) => this.resume(p, id),
     });
+    const steps: ProcessSteps = {
+      live: async (p, id, opts) => {
+        const { r, d, sandboxId } = await this.live(p, id, opts);
+        return { tenantId: r.tenantId, d, sandboxId };
+      },
+      audit: (p, tenantId, id, action, data) => this.audit(p, tenantId, id, action, 'ok', data),
+      meter: (id, f) => this.bump(id, f),
+    };
+    this.processes = processService(steps);
+    this.files = fileService(steps);
     this.gate = new ToolGate({ store: o.store, audit: o.audit, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits });
     for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason) => void this.onSandboxExit(sandboxId, reason));
   }
@@ -373,8 +389,10 @@ export class SessionManager implements Engine {
     return countBytes(src, (n) => this.bump(id, { bytesOut: n }));
   }
 
-  async writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
+  async writeFile(p: Principal, id: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number; parents?: boolean } = {}): Promise<number> {
     const { r, d, sandboxId } = await this.live(p, id, opts);
+    // Missing parent directories are made first (as E2B's write does), unless the caller asks for the strict form.
+    if (opts.parents !== false && checkPath(path).lastIndexOf('/') > 0) await d.mkdir(sandboxId, path.slice(0, path.lastIndexOf('/')), { ...opts, parents: true });
     const n = await d.writeFile(sandboxId, checkPath(path), countBytes(data, (k) => this.bump(id, { bytesIn: k })), opts);
     await this.audit(p, r.tenantId, id, 'session.files.write', 'ok', { path, bytes: n });
     return n;

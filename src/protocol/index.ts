@@ -5,3 +5,4 @@ export * from './errors.js';
 export * from './views.js';
 export * from './exec.js';
 export * from './gate.js';
+export * from './processes.js';

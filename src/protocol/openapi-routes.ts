@@ -8,6 +8,7 @@
  */
 import * as z from 'zod';
 import * as G from './gate.js';
+import * as P from './processes.js';
 import * as S from './schemas.js';
 import * as V from './view-schemas.js';
 
@@ -16,9 +17,12 @@ export type Method = 'get' | 'post' | 'put' | 'delete';
 /** A request or response body: JSON with a schema, raw bytes, an NDJSON stream of lines, or Cedar text. */
 export type Body =
   | { kind: 'json'; schema: z.ZodType; description?: string }
-  | { kind: 'bytes'; description: string }
+  /** Raw bytes; mediaType defaults to application/octet-stream. */
+  | { kind: 'bytes'; description: string; mediaType?: string }
   | { kind: 'ndjson'; line: z.ZodType; description: string }
-  | { kind: 'cedar'; schema: z.ZodType; description: string };
+  | { kind: 'cedar'; schema: z.ZodType; description: string }
+  /** One status, several media types (the request chooses: exec streams NDJSON, or answers JSON with background). */
+  | { kind: 'either'; bodies: Exclude<Body, { kind: 'either' }>[]; description: string };
 
 export interface RouteDoc {
   method: Method;
@@ -43,7 +47,7 @@ const ToolDefinitionBody = z.record(z.string(), z.unknown()).describe('{name, de
 const PlanBody = z.record(z.string(), z.unknown()).describe('{objective, steps: [{id, tool, arguments (a JSON Schema the call\'s arguments must match), repeatable?}]}');
 const McpMessage = z.record(z.string(), z.unknown()).describe('a JSON-RPC 2.0 message of the MCP protocol');
 
-const json = (schema: z.ZodType, description?: string): Body => ({ kind: 'json', schema, ...(description ? { description } : {}) });
+const json = (schema: z.ZodType, description?: string): Extract<Body, { kind: 'json' }> => ({ kind: 'json', schema, ...(description ? { description } : {}) });
 const lifecycle = (verb: string, summary: string): RouteDoc => ({
   method: 'post',
   path: `/v1/sessions/:id/${verb}`,
@@ -101,12 +105,21 @@ export const ROUTES: RouteDoc[] = [
   {
     method: 'post',
     path: '/v1/sessions/:id/exec',
-    summary: 'Run a command; the answer streams its events',
-    description: 'The response is NDJSON (one JSON object per line): `started`, then `stdout`/`stderr` chunks (base64) as they happen, `ping` after 15 s without output, and finally `exit` or `error`. Closing the connection before `exit` kills the command. Errors found before the command starts are ordinary error responses.',
+    summary: 'Run a command; the answer streams its events (or, with background, is its execId at once)',
+    description: 'The response is NDJSON (one JSON object per line): `started`, then `stdout`/`stderr` chunks (base64) as they happen, `ping` after 15 s without output, and finally `exit` or `error`. Closing the connection before `exit` kills the command. Errors found before the command starts are ordinary error responses. With `background: true` the answer is JSON `{execId, pid}` at once and the command runs on by itself; its output is kept in the sandbox (GET …/processes/:execId/output).',
     tag: 'exec',
     auth: 'operator',
     body: json(S.ExecBodySchema),
-    responses: { 200: { kind: 'ndjson', line: V.ExecStreamLineSchema, description: 'the exec event stream (each line is one ExecStreamLine)' } },
+    responses: {
+      200: {
+        kind: 'either',
+        description: 'the exec event stream (each line is one ExecStreamLine), or with background the started process',
+        bodies: [
+          { kind: 'ndjson', line: V.ExecStreamLineSchema, description: 'the exec event stream' },
+          json(V.BackgroundExecViewSchema, 'background: the process, started'),
+        ],
+      },
+    },
   },
   {
     method: 'post',
@@ -126,6 +139,28 @@ export const ROUTES: RouteDoc[] = [
     auth: 'operator',
     body: json(S.KillBodySchema),
     responses: { 200: json(V.KillViewSchema) },
+  },
+  // ---- background processes ----
+  { method: 'get', path: '/v1/sessions/:id/processes', summary: 'Background processes of the session, running and ended', tag: 'processes', auth: 'operator', responses: { 200: json(V.ProcessListViewSchema) } },
+  { method: 'get', path: '/v1/sessions/:id/processes/:execId', summary: 'One background process', tag: 'processes', auth: 'operator', responses: { 200: json(V.ProcessViewSchema) } },
+  {
+    method: 'get',
+    path: '/v1/sessions/:id/processes/:execId/output',
+    summary: 'Replay (and with follow, stream) what a background process wrote',
+    description: 'NDJSON: `stdout`/`stderr` lines (base64) with their stream offset and the `cursor` to resume from (`?offset=<cursor>` misses and repeats nothing), `ping` when quiet, and finally `exit` once the command has ended or, without follow, `end` (it still runs). Closing the connection stops only this reader.',
+    tag: 'processes',
+    auth: 'operator',
+    query: P.ProcessOutputQuerySchema,
+    responses: { 200: { kind: 'ndjson', line: V.ProcessOutputLineSchema, description: 'the output stream (each line is one ProcessOutputLine)' } },
+  },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/processes/:execId/kill',
+    summary: "Signal a background process's group (default SIGTERM)",
+    tag: 'processes',
+    auth: 'operator',
+    body: json(S.KillBodySchema),
+    responses: { 200: json(V.ProcessKillViewSchema) },
   },
   // ---- files ----
   {
@@ -159,6 +194,36 @@ export const ROUTES: RouteDoc[] = [
   { method: 'get', path: '/v1/sessions/:id/files/list', summary: 'List a directory', tag: 'files', auth: 'operator', query: S.FilePathQuerySchema, responses: { 200: json(V.FileListViewSchema) } },
   { method: 'get', path: '/v1/sessions/:id/files/stat', summary: 'Stat a path', tag: 'files', auth: 'operator', query: S.FilePathQuerySchema, responses: { 200: json(V.FileStatViewSchema) } },
   { method: 'post', path: '/v1/sessions/:id/files/mkdir', summary: 'Create a directory', tag: 'files', auth: 'operator', body: json(S.MkdirBodySchema), responses: { 200: json(V.OkViewSchema) } },
+  { method: 'post', path: '/v1/sessions/:id/files/move', summary: 'Rename or move a file or directory within the session', tag: 'files', auth: 'operator', body: json(P.MoveBodySchema), responses: { 200: json(V.OkViewSchema) } },
+  {
+    method: 'put',
+    path: '/v1/sessions/:id/files/tar',
+    summary: 'Unpack a tar stream (the raw body, streamed) into a directory, made if missing',
+    tag: 'files',
+    auth: 'operator',
+    query: P.TarQuerySchema,
+    body: { kind: 'bytes', mediaType: P.TAR, description: 'a tar stream' },
+    responses: { 200: json(V.TarPushViewSchema) },
+  },
+  {
+    method: 'get',
+    path: '/v1/sessions/:id/files/tar',
+    summary: 'A directory as a tar stream (streamed)',
+    tag: 'files',
+    auth: 'operator',
+    query: P.TarQuerySchema,
+    responses: { 200: { kind: 'bytes', mediaType: P.TAR, description: 'a tar stream of the directory' } },
+  },
+  {
+    method: 'get',
+    path: '/v1/sessions/:id/files/watch',
+    summary: 'File system events under a path, as they happen',
+    description: 'NDJSON: `ready` once the watch is in place, then one `event` line per change (`ping` when quiet) until the client closes the connection.',
+    tag: 'files',
+    auth: 'operator',
+    query: P.WatchQuerySchema,
+    responses: { 200: { kind: 'ndjson', line: V.WatchLineSchema, description: 'the event stream (each line is one WatchLine)' } },
+  },
   // ---- snapshots ----
   {
     method: 'post',

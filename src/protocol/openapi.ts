@@ -48,6 +48,13 @@ const COMPONENTS: Record<string, z.ZodType> = {
   ToolDefinitionList: V.ToolDefinitionListViewSchema,
   Gate: V.GateViewSchema,
   Plan: V.PlanViewSchema,
+  BackgroundExec: V.BackgroundExecViewSchema,
+  Process: V.ProcessViewSchema,
+  ProcessList: V.ProcessListViewSchema,
+  ProcessKill: V.ProcessKillViewSchema,
+  ProcessOutputLine: V.ProcessOutputLineSchema,
+  TarPush: V.TarPushViewSchema,
+  WatchLine: V.WatchLineSchema,
 };
 const NAMES = new Map<z.ZodType, string>(Object.entries(COMPONENTS).map(([k, v]) => [v, k]));
 
@@ -85,12 +92,19 @@ function content(b: Body, io: 'input' | 'output'): Json {
   switch (b.kind) {
     case 'json':
       return { 'application/json': { schema: schemaFor(b.schema, io) } };
-    case 'bytes':
-      return { 'application/octet-stream': { schema: { type: 'string', contentMediaType: 'application/octet-stream' } } };
-    case 'ndjson':
-      return { [NDJSON]: { schema: { type: 'string', contentMediaType: NDJSON, description: `Newline-delimited JSON; every line is an ExecStreamLine (#/components/schemas/ExecStreamLine). A quiet stream carries a ping line every ${EXEC_HEARTBEAT_MS} ms.` }, 'x-berth-line-schema': schemaFor(b.line, 'output') } };
+    case 'bytes': {
+      const media = b.mediaType ?? 'application/octet-stream';
+      return { [media]: { schema: { type: 'string', contentMediaType: media } } };
+    }
+    case 'ndjson': {
+      const name = NAMES.get(b.line);
+      const each = name ? `a ${name} (#/components/schemas/${name})` : 'one JSON object';
+      return { [NDJSON]: { schema: { type: 'string', contentMediaType: NDJSON, description: `Newline-delimited JSON; every line is ${each}. A quiet stream carries a ping line every ${EXEC_HEARTBEAT_MS} ms.` }, 'x-berth-line-schema': schemaFor(b.line, 'output') } };
+    }
     case 'cedar':
       return { 'text/plain': { schema: { type: 'string', description: 'Cedar policy text' } }, 'application/json': { schema: schemaFor(b.schema, io) } };
+    case 'either':
+      return Object.assign({}, ...b.bodies.map((x) => content(x, io))) as Json;
   }
 }
 

@@ -103,6 +103,7 @@ export const ExecBodySchema = z.strictObject({
   env: EnvRecord.optional(),
   timeoutMs: int(LIMITS.timeoutMs.min, LIMITS.timeoutMs.max).optional(),
   stdin: z.boolean().optional(),
+  background: z.boolean().optional(),
 });
 
 export const SignalSchema = z.union(
@@ -148,7 +149,8 @@ const octalMode = z
   .pipe(z.number().max(0o7777));
 
 export const FilePathQuerySchema = z.object({ path: AbsolutePath });
-export const WriteFileQuerySchema = z.object({ path: AbsolutePath, mode: octalMode.optional() });
+/** parents=false makes a missing parent directory an error (default: created, as E2B does). */
+export const WriteFileQuerySchema = z.object({ path: AbsolutePath, mode: octalMode.optional(), parents: queryBool.optional() });
 export const RemoveFileQuerySchema = z.object({ path: AbsolutePath, recursive: queryBool.optional() });
 export const StdinQuerySchema = z.object({ close: queryBool.optional() });
 export const ListSessionsQuerySchema = z.object({

@@ -101,6 +101,11 @@ export interface ExecBody {
   timeoutMs?: number;
   /** When true, stdin is a pipe fed by POST …/execs/:execId/stdin. */
   stdin?: boolean;
+  /**
+   * When true the command runs on its own: the answer is `{execId, pid}` at once (JSON), its output is kept
+   * inside the sandbox (GET …/processes/:execId/output). Cannot be combined with stdin.
+   */
+  background?: boolean;
 }
 
 /** One NDJSON line of an exec response stream. `data` is base64. */

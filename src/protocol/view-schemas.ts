@@ -7,6 +7,7 @@
 import * as z from 'zod';
 import { APPROVAL_STATUSES } from '../core/records.js';
 import type * as G from './gate.js';
+import type * as P from './processes.js';
 import { BackendSchema, SessionStateSchema } from './schemas.js';
 import type * as T from './types.js';
 
@@ -258,6 +259,43 @@ export const PlanViewSchema = z.strictObject({
   setBy: z.string().nullable(),
 });
 
+// ---- background processes and file trees (issue 9 §1, §4) ----
+
+export const BackgroundExecViewSchema = z.strictObject({ execId: z.string(), pid: z.number().int() });
+export const ProcessViewSchema = z.strictObject({
+  execId: z.string(),
+  pid: z.number().int(),
+  argv: z.array(z.string()),
+  state: z.enum(['running', 'exited']),
+  exitCode: z.number().int().nullable().describe('null while running'),
+  signal: z.number().int().nullable(),
+  timedOut: z.boolean(),
+  startedAt: Iso,
+  endedAt: IsoOrNull,
+  stdoutBytes: z.number().int().describe('bytes written since the start (the sandbox keeps the last 1 MiB)'),
+  stderrBytes: z.number().int(),
+});
+export const ProcessListViewSchema = z.strictObject({ processes: z.array(ProcessViewSchema) });
+export const ProcessKillViewSchema = z.strictObject({ execId: z.string(), signal: z.number().int(), signalled: z.boolean().describe('false when it had already ended') });
+const Cursor = z.string().describe('stdoutOffset,stderrOffset: pass as ?offset= to resume');
+/** One line of the background-process output NDJSON stream. */
+export const ProcessOutputLineSchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('stdout'), offset: z.number().int(), data: b64, cursor: Cursor }),
+  z.strictObject({ type: z.literal('stderr'), offset: z.number().int(), data: b64, cursor: Cursor }),
+  z.strictObject({ type: z.literal('exit'), code: z.number().int(), signal: z.number().int().nullable(), timedOut: z.boolean() }),
+  z.strictObject({ type: z.literal('end'), cursor: Cursor }),
+  z.strictObject({ type: z.literal('error'), error: WireErrorSchema }),
+  z.strictObject({ type: z.literal('ping') }),
+]);
+export const TarPushViewSchema = z.strictObject({ path: z.string(), bytes: z.number().int().describe('bytes of tar stream received') });
+/** One line of the files watch NDJSON stream. */
+export const WatchLineSchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('event'), event: z.enum(['create', 'modify', 'delete', 'move_from', 'move_to', 'attrib', 'overflow']), path: z.string(), isDir: z.boolean() }),
+  z.strictObject({ type: z.literal('ready') }),
+  z.strictObject({ type: z.literal('error'), error: WireErrorSchema }),
+  z.strictObject({ type: z.literal('ping') }),
+]);
+
 // The schemas describe exactly what the view types say (either changing alone fails to compile).
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 type Out<S extends z.ZodType> = z.output<S>;
@@ -298,5 +336,12 @@ const _views: [
   Same<Out<typeof ToolDefinitionListViewSchema>, G.ToolDefinitionListView>,
   Same<Out<typeof GateViewSchema>, G.GateView>,
   Same<Out<typeof PlanViewSchema>, G.PlanView>,
-] = [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true];
+  Same<Out<typeof BackgroundExecViewSchema>, P.BackgroundExecView>,
+  Same<Out<typeof ProcessViewSchema>, P.ProcessView>,
+  Same<Out<typeof ProcessListViewSchema>, P.ProcessListView>,
+  Same<Out<typeof ProcessKillViewSchema>, P.ProcessKillView>,
+  Same<Out<typeof ProcessOutputLineSchema>, P.ProcessOutputLine>,
+  Same<Out<typeof TarPushViewSchema>, P.TarPushView>,
+  Same<Out<typeof WatchLineSchema>, P.WatchLine>,
+] = [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true];
 void _views;

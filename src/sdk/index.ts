@@ -8,3 +8,5 @@ export type * from '../protocol/types.js';
 export { ToolsApi, ApprovalsApi, PolicyApi, PlansApi, GateApi, type TenantOpts } from './gate.js';
 export type * from '../protocol/gate.js';
 export type { ApprovalStatus } from '../core/records.js';
+export { BackgroundProcess, SessionProcesses, type ProcessOutput, type ProcessOutputOptions } from './processes.js';
+export type * from '../protocol/processes.js';

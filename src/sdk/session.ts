@@ -9,8 +9,18 @@ import type {
   SnapshotView,
   TerminatedView,
 } from '../protocol/types.js';
+import type { TarPushView, WatchEventType, WatchLine } from '../protocol/processes.js';
+import { fromWireError } from '../protocol/errors.js';
+
+/** A file system event from files.watch(). */
+export interface WatchLineEvent {
+  type: WatchEventType;
+  path: string;
+  isDir: boolean;
+}
 import { Execution, type ExecOptions, type ExecResult } from './exec.js';
 import type { Transport } from './http.js';
+import { BackgroundProcess, SessionProcesses } from './processes.js';
 import { toBody, type BytesSource } from './streams.js';
 
 export interface CallOpts {
@@ -39,6 +49,8 @@ export class Session {
   readonly agentToken: string | null;
   info: SessionView;
   readonly files: SessionFiles;
+  /** Background processes (they outlive every stream; the sandbox keeps their output). */
+  readonly processes: SessionProcesses;
 
   constructor(
     private readonly t: Transport,
@@ -49,6 +61,7 @@ export class Session {
     this.agentToken = agentToken ?? null;
     this.info = info;
     this.files = new SessionFiles(t, info.id);
+    this.processes = new SessionProcesses(t, info.id);
   }
 
   get state(): SessionView['state'] {
@@ -89,9 +102,17 @@ export class Session {
     this.info = { ...this.info, state: 'terminated' };
   }
 
-  /** Starts a command and resolves once it runs; iterate the result for output, then wait(). */
-  exec(argv: string[], opts: ExecOptions = {}): Promise<Execution> {
-    return Execution.start(this.t, this.id, argv, opts);
+  /**
+   * Starts a command and resolves once it runs; iterate the result for output, then wait(). Leaving the
+   * stream stops the command. With `background: true` it runs on by itself instead: the answer comes at
+   * once as a BackgroundProcess (output kept in the sandbox, see session.processes).
+   */
+  exec(argv: string[], opts: Omit<ExecOptions, 'stdin'> & { background: true }): Promise<BackgroundProcess>;
+  exec(argv: string[], opts?: ExecOptions & { background?: false }): Promise<Execution>;
+  exec(argv: string[], opts: ExecOptions & { background?: boolean } = {}): Promise<Execution | BackgroundProcess> {
+    const { background, ...rest } = opts;
+    if (background) return this.processes.start(argv, rest);
+    return Execution.start(this.t, this.id, argv, rest);
   }
 
   /** Runs a command to the end and collects its output. */
@@ -143,10 +164,72 @@ export class SessionFiles {
     return `/sessions/${enc(this.sessionId)}/files`;
   }
 
-  /** Writes atomically (the file appears whole or not at all). An async iterable is streamed as it is produced. */
-  write(path: string, data: BytesSource, opts: CallOpts & { mode?: number } = {}): Promise<FileWriteView> {
+  /**
+   * Writes atomically (the file appears whole or not at all). An async iterable is streamed as it is
+   * produced. Missing parent directories are created; `parents: false` makes that an error (not_found).
+   */
+  write(path: string, data: BytesSource, opts: CallOpts & { mode?: number; parents?: boolean } = {}): Promise<FileWriteView> {
     const mode = opts.mode === undefined ? undefined : opts.mode.toString(8).padStart(3, '0');
-    return this.t.json<FileWriteView>('PUT', this.base, { query: { path, mode }, body: toBody(data), signal: opts.signal, deadline: false });
+    const parents = opts.parents === false ? 'false' : undefined;
+    return this.t.json<FileWriteView>('PUT', this.base, { query: { path, mode, parents }, body: toBody(data), signal: opts.signal, deadline: false });
+  }
+
+  /** rename(2) inside the sandbox: atomic, same file system; replaces a file at `to`. */
+  async move(from: string, to: string, opts: CallOpts = {}): Promise<void> {
+    await this.t.json<OkView>('POST', `${this.base}/move`, { json: { from, to }, signal: opts.signal });
+  }
+
+  /** Unpacks a tar stream into dir (made with its parents): modes and symlinks kept, streamed as produced. */
+  pushTar(dir: string, tar: BytesSource, opts: CallOpts = {}): Promise<TarPushView> {
+    return this.t.json<TarPushView>('PUT', `${this.base}/tar`, { query: { path: dir }, body: toBody(tar), signal: opts.signal, deadline: false });
+  }
+
+  /**
+   * File system events under path (recursive: the whole tree) as they happen, until the loop stops or the
+   * signal aborts. The watch is in place when the first event could be produced: changes made after the
+   * iteration has started are seen.
+   */
+  watch(path: string, opts: CallOpts & { recursive?: boolean } = {}): AsyncIterable<WatchLineEvent> {
+    const t = this.t;
+    const base = this.base;
+    return {
+      async *[Symbol.asyncIterator]() {
+        const { res, signal } = await t.send('GET', `${base}/watch`, { query: { path, recursive: opts.recursive ? 'true' : undefined }, signal: opts.signal, deadline: false });
+        if (!res.body) return;
+        const dec = new TextDecoder();
+        let buf = '';
+        try {
+          for await (const chunk of res.body) {
+            buf += dec.decode(chunk, { stream: true });
+            for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+              const l = JSON.parse(buf.slice(0, nl)) as WatchLine;
+              buf = buf.slice(nl + 1);
+              if (l.type === 'error') throw fromWireError({ error: l.error }, 200);
+              if (l.type === 'event') yield { type: l.event, path: l.path, isDir: l.isDir };
+            }
+          }
+        } catch (e) {
+          throw t.failure(e, signal, `watch ${path}`);
+        }
+      },
+    };
+  }
+
+  /** The directory as a tar stream (paths relative to it), as it arrives. Errors surface on iteration. */
+  pullTar(dir: string, opts: CallOpts = {}): AsyncIterable<Uint8Array> {
+    const t = this.t;
+    const base = this.base;
+    return {
+      async *[Symbol.asyncIterator]() {
+        const { res, signal } = await t.send('GET', `${base}/tar`, { query: { path: dir }, signal: opts.signal, deadline: false });
+        if (!res.body) return;
+        try {
+          for await (const chunk of res.body) yield chunk;
+        } catch (e) {
+          throw t.failure(e, signal, `pull ${dir}`);
+        }
+      },
+    };
   }
 
   /**

@@ -15,6 +15,7 @@ import { bearerAuth, errorHandler, notFound, requestContext } from './middleware
 import { auditRoutes } from './routes/audit.js';
 import { execRoutes } from './routes/exec.js';
 import { fileRoutes } from './routes/files.js';
+import { processRoutes } from './routes/processes.js';
 import { gateRoutes } from './routes/gate.js';
 import { gateAdminRoutes } from './routes/gate-admin.js';
 import { sessionRoutes } from './routes/sessions.js';
@@ -51,7 +52,7 @@ export function createApp(opts: AppOptions): Hono<Env> {
   });
 
   app.use('/v1/*', bearerAuth(deps.engine));
-  for (const routes of [sessionRoutes, execRoutes, fileRoutes, snapshotRoutes, tenantRoutes, auditRoutes, mcpRoutes, gateRoutes, gateAdminRoutes]) {
+  for (const routes of [sessionRoutes, execRoutes, fileRoutes, snapshotRoutes, tenantRoutes, auditRoutes, mcpRoutes, gateRoutes, gateAdminRoutes, processRoutes]) {
     app.route('/v1', routes(deps));
   }
 

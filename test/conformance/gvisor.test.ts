@@ -5,12 +5,13 @@ import { describe, it } from 'vitest';
 import { GvisorDriver } from '../../src/drivers/gvisor/driver.js';
 import { ensureRootfs, rootfsImagePath } from '../../src/drivers/image/rootfs.js';
 import { AGENT_PATH, IMAGE_CACHE, gvisorMissing, skipReason } from '../helpers/env.js';
-import { driverConformance } from './driver-suite.js';
+import { driverConformance, type ConformanceTarget } from './driver-suite.js';
+import { processConformance } from './process-suite.js';
 
 if (skipReason('gVisor conformance', gvisorMissing())) {
   describe.skip('driver conformance: gvisor', () => it('needs runsc', () => undefined));
 } else {
-  driverConformance('gvisor', async () => {
+  const target = async (): Promise<ConformanceTarget> => {
     const stateDir = await mkdtemp(join(tmpdir(), 'berth-gvisor-'));
     const rootfs = await ensureRootfs({ cacheDir: IMAGE_CACHE });
     const driver = new GvisorDriver({ stateDir, rootfs, rootfsImage: rootfsImagePath(rootfs), agentPath: AGENT_PATH });
@@ -23,5 +24,7 @@ if (skipReason('gVisor conformance', gvisorMissing())) {
         await rm(stateDir, { recursive: true, force: true });
       },
     };
-  });
+  };
+  driverConformance('gvisor', target);
+  processConformance('gvisor', target);
 }

@@ -1,8 +1,8 @@
 /**
  * Validates real HTTP responses against the server's OpenAPI document with ajv (JSON Schema 2020-12, the
  * dialect of OpenAPI 3.1). Wrap an app's fetch with `checked(app)`; every JSON response, and every line of
- * an exec NDJSON stream, is checked against the schema the document gives for its route and status. Raw
- * byte bodies (file reads) are not read, so big transfers stay streamed.
+ * an NDJSON stream (exec, process output, watch), is checked against the schema the document gives for its
+ * route and status. Raw byte bodies (file reads, tar streams) are not read, so big transfers stay streamed.
  */
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { openApiDocument, openApiPath } from '../../src/protocol/openapi.js';
@@ -25,6 +25,12 @@ export interface ResponseChecker {
   settle(): Promise<void>;
   /** The app, with every response checked as it passes. */
   wrap<A extends { fetch: (r: Request, ...rest: any[]) => Response | Promise<Response> }>(app: A): { fetch: (r: Request) => Promise<Response> };
+}
+
+/** The lines of an NDJSON response as they pass; done once it ends or the client cancels it. */
+interface Streamed {
+  done: Promise<void>;
+  attach(fn: (line: string) => void): void;
 }
 
 const TEMPLATES = ROUTES.map((r) => ({
@@ -53,26 +59,59 @@ export function responseChecker(): ResponseChecker {
 
   /**
    * An NDJSON response is observed as it passes (not teed), so a client that cancels the stream still
-   * cancels the server's side, as it would without the checker.
+   * cancels the server's side, as it would without the checker. Each complete line goes to the sink as it
+   * passes, so the lines of a stream the client cancels (a watch, a follow it detaches from) are checked too.
    */
-  function tapped(res: Response): { res: Response; text: Promise<string> } {
-    let text = '';
+  function tapped(res: Response): { res: Response; stream: Streamed } {
+    const reader = res.body!.getReader();
     const dec = new TextDecoder();
-    let done!: (t: string) => void;
-    const whole = new Promise<string>((r) => (done = r));
-    const tap = new TransformStream<Uint8Array, Uint8Array>({
-      transform(chunk, ctrl) {
-        text += dec.decode(chunk, { stream: true });
-        ctrl.enqueue(chunk);
+    let buf = '';
+    const early: string[] = [];
+    let sink: ((line: string) => void) | null = null;
+    const emit = (l: string) => (l.trim() === '' ? undefined : sink ? sink(l) : early.push(l));
+    const feed = (text: string) => {
+      buf += text;
+      for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+        emit(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+      }
+    };
+    let finish!: () => void;
+    const done = new Promise<void>((r) => (finish = r));
+    const body = new ReadableStream<Uint8Array>({
+      async pull(ctrl) {
+        try {
+          const r = await reader.read();
+          if (r.done) {
+            feed(dec.decode());
+            emit(buf);
+            buf = '';
+            finish();
+            return ctrl.close();
+          }
+          feed(dec.decode(r.value, { stream: true }));
+          ctrl.enqueue(r.value);
+        } catch (e) {
+          finish();
+          ctrl.error(e);
+        }
       },
-      flush() {
-        done(text + dec.decode());
+      cancel(reason) {
+        finish();
+        return reader.cancel(reason);
       },
     });
-    return { res: new Response(res.body!.pipeThrough(tap), { status: res.status, statusText: res.statusText, headers: res.headers }), text: whole };
+    const stream: Streamed = {
+      done,
+      attach(fn) {
+        sink = fn;
+        for (const l of early.splice(0)) fn(l);
+      },
+    };
+    return { res: new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers }), stream };
   }
 
-  async function check(req: Request, res: Response, streamed?: Promise<string>): Promise<void> {
+  async function check(req: Request, res: Response, streamed?: Streamed): Promise<void> {
     const path = new URL(req.url).pathname;
     const t = TEMPLATES.find((x) => x.method === req.method && x.re.test(path));
     if (!t) {
@@ -84,22 +123,35 @@ export function responseChecker(): ResponseChecker {
     const resolved = answer.$ref ? doc.components.responses[answer.$ref.split('/').pop()] : answer;
     const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
     const fail = (problem: string) => violations.push({ route: t.key, status: res.status, problem });
-    if (!resolved.content) {
-      seen.set(t.key, (seen.get(t.key) ?? 0) + 1);
-      return;
-    }
+    const saw = () => seen.set(t.key, (seen.get(t.key) ?? 0) + 1);
+    if (!resolved.content) return void saw();
     const media = resolved.content[type];
     if (!media) return void fail(`content-type ${type || '(none)'} is not documented (${Object.keys(resolved.content).join(', ')})`);
-    if (type === 'application/octet-stream') return void seen.set(t.key, (seen.get(t.key) ?? 0) + 1);
-    // A stream the client cancels never completes: there is then nothing whole to check.
-    const text = streamed ? await streamed : await res.clone().text();
-    const values = type === 'application/x-ndjson' ? text.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l)) : [JSON.parse(text)];
+    // Raw bytes (file content, tar streams) are not read, so big transfers stay streamed.
+    if (type !== 'application/json' && type !== 'application/x-ndjson') return void saw();
     const schema = type === 'application/x-ndjson' ? media['x-berth-line-schema'] : media.schema;
     const validate = validatorFor(schema);
-    for (const v of values) {
+    const checkOne = (v: unknown) => {
       if (!validate(v)) fail(`${ajv.errorsText(validate.errors)} in ${JSON.stringify(v).slice(0, 300)}`);
+    };
+    if (type === 'application/x-ndjson' && streamed) {
+      let lines = 0;
+      streamed.attach((l) => {
+        try {
+          checkOne(JSON.parse(l));
+        } catch (e) {
+          fail(`not JSON: ${(e as Error).message} in ${l.slice(0, 300)}`);
+        }
+        if (lines++ === 0) saw();
+      });
+      await streamed.done;
+      if (lines === 0) saw();
+      return;
     }
-    seen.set(t.key, (seen.get(t.key) ?? 0) + 1);
+    const text = await res.clone().text();
+    const values = type === 'application/x-ndjson' ? text.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l)) : [JSON.parse(text)];
+    for (const v of values) checkOne(v);
+    saw();
   }
 
   /** Unknown routes answer the documented error body too. */
@@ -125,8 +177,8 @@ export function responseChecker(): ResponseChecker {
       return {
         async fetch(req: Request) {
           let res = await app.fetch(req);
-          let streamed: Promise<string> | undefined;
-          if (res.body && (res.headers.get('content-type') ?? '').startsWith('application/x-ndjson')) ({ res, text: streamed } = tapped(res));
+          let streamed: Streamed | undefined;
+          if (res.body && (res.headers.get('content-type') ?? '').startsWith('application/x-ndjson')) ({ res, stream: streamed } = tapped(res));
           // Checked beside the client, never before it: an exec stream must reach it while it runs.
           const p = check(req, res, streamed)
             .catch((e: unknown) => void violations.push({ route: `${req.method} ${new URL(req.url).pathname}`, status: res.status, problem: `unreadable: ${(e as Error).message}` }))

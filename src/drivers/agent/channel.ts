@@ -8,9 +8,21 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Readable, Writable } from 'node:stream';
-import { AppError, InvalidArgumentError, SandboxError, TimeoutError, throwIfAborted } from '../../core/errors.js';
-import type { CallOptions, ExecHandle, ExecRequest, FileEntry, FileStat, SandboxIdentity } from '../../core/sandbox.js';
+import { AppError, InvalidArgumentError, NotFoundError, SandboxError, TimeoutError, throwIfAborted } from '../../core/errors.js';
+import type {
+  CallOptions,
+  ExecHandle,
+  ExecRequest,
+  FileEntry,
+  FileStat,
+  ProcessInfo,
+  ProcessOutputEvent,
+  ProcessOutputOptions,
+  SandboxIdentity,
+  WatchEvent,
+} from '../../core/sandbox.js';
 import { AgentExecHandle } from './exec-handle.js';
+import { OutputRoute, TAG_RE, V_J, WatchRoute, parseJob } from './processes.js';
 import {
   AGENT_PROTOCOL_VERSION,
   CHUNK,
@@ -35,6 +47,7 @@ import {
 } from './wire.js';
 
 export { AGENT_PROTOCOL_VERSION, agentError, LineSplitter } from './wire.js';
+export { MAX_PROCESSES, RING_BYTES } from './processes.js';
 
 export interface AgentChannelConnectOptions {
   /** Bytes from the agent. */
@@ -202,6 +215,58 @@ export class AgentChannel {
     return handle;
   }
 
+  // ---- background processes (PROTOCOL.md, "Background processes") ----
+
+  /** Starts a background command named execId; resolves with its pid once forked. */
+  async startProcess(execId: string, req: ExecRequest, opts: CallOptions = {}): Promise<{ pid: number }> {
+    validateExec(req);
+    checkTag(execId);
+    if (req.stdin) throw new InvalidArgumentError('a background command has no stdin', { details: { stdin: true } });
+    const env = Object.entries(req.env ?? {});
+    const route = new ReplyRoute<{ pid: number }>(undefined, (verb, f) => (verb === V.r ? { pid: num(f[1]) } : undefined));
+    return this.call((id) => [
+      'B', id, enc(execId), 0, req.timeoutMs ?? 0, enc(req.cwd ?? ''), req.argv.length, ...req.argv.map(enc),
+      env.length, ...env.map(([k, v]) => enc(`${k}=${v}`)),
+    ].join(' ') + '\n', route, opts.signal);
+  }
+
+  /** The agent's background process records, newest first. */
+  async listProcesses(opts: CallOptions = {}): Promise<ProcessInfo[]> {
+    const out: ProcessInfo[] = [];
+    const route = new ReplyRoute<ProcessInfo[]>(undefined, (verb, f) => {
+      if (verb === V_J) out.push(parseJob(f));
+      if (verb !== V.r) return undefined;
+      if (num(f[1]) !== out.length) throw new SandboxError('process listing lost records');
+      return out;
+    });
+    return this.call((id) => `J ${id}\n`, route, opts.signal);
+  }
+
+  /** Streams a background command's rings from the given offsets (then live, with follow). */
+  async processOutput(execId: string, opts: ProcessOutputOptions = {}): Promise<AsyncIterable<ProcessOutputEvent>> {
+    checkTag(execId);
+    const so = opts.stdoutOffset ?? 0;
+    const eo = opts.stderrOffset ?? 0;
+    for (const [k, v] of [['stdoutOffset', so], ['stderrOffset', eo]] as const) {
+      if (!Number.isSafeInteger(v) || v < 0) throw new InvalidArgumentError(`${k} must be a non-negative integer`, { details: { [k]: v } });
+    }
+    const line = (id: number) => `O ${id} ${enc(execId)} ${so} ${eo} ${opts.follow ? 1 : 0}\n`;
+    return (await this.openStream((id) => new OutputRoute({ id, execId, link: this.link, signal: opts.signal }), line, opts.signal)).iterable();
+  }
+
+  /** Signals a background command's process group; false when it had already ended. */
+  async killProcess(execId: string, opts: CallOptions & { signalNumber?: number } = {}): Promise<boolean> {
+    checkTag(execId);
+    const sig = opts.signalNumber ?? 15;
+    if (!Number.isInteger(sig) || sig < 0 || sig > 64) throw new InvalidArgumentError('signal must be an integer from 0 to 64', { details: { signal: sig } });
+    const route = new ReplyRoute<boolean>(undefined, (verb, f) => (verb === V.r ? f[1] === '1' : undefined));
+    try {
+      return await this.call((id) => `Z ${id} ${enc(execId)} ${sig}\n`, route, opts.signal);
+    } catch (e) {
+      throw notFoundProcess(e, execId);
+    }
+  }
+
   // ---- files ----
 
   /**
@@ -324,6 +389,22 @@ export class AgentChannel {
     await this.call((id) => `U ${id} ${enc(path)} ${opts.recursive ? 1 : 0}\n`, route, opts.signal);
   }
 
+  /** rename(2): atomic, within one file system. */
+  async rename(from: string, to: string, opts: CallOptions = {}): Promise<void> {
+    checkPath(from);
+    checkPath(to);
+    const route = new ReplyRoute<true>(from, (verb) => (verb === V.r ? true : undefined));
+    await this.call((id) => `V ${id} ${enc(from)} ${enc(to)}\n`, route, opts.signal);
+  }
+
+  /** inotify under path (PROTOCOL.md, "Watches"); resolves once the watch is in place. */
+  async watch(path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
+    checkPath(path);
+    const line = (id: number) => `Y ${id} ${enc(path)} ${opts.recursive ? 1 : 0}\n`;
+    const route = await this.openStream((id) => new WatchRoute({ id, path, link: this.link, signal: opts.signal }), line, opts.signal);
+    return { [Symbol.asyncIterator]: () => route.iterate() };
+  }
+
   // ---- machine ----
 
   /** Applies an identity: hostname, /etc/machine-id, seed mixed into the kernel pool, resume signal. */
@@ -349,6 +430,23 @@ export class AgentChannel {
   }
 
   // ---- internals ----
+
+  /** Sends a streaming request and waits for its first answer (route.opened); failing there cancels it. */
+  private async openStream<R extends Route & { opened: Deferred<unknown>; cancel(): void }>(make: (id: number) => R, line: (id: number) => string, signal?: AbortSignal): Promise<R> {
+    this.assertOpen();
+    throwIfAborted(signal);
+    const id = this.nextId++;
+    const route = make(id);
+    this.routes.set(id, route);
+    this.send(line(id));
+    try {
+      await raceAbort(route.opened.promise, signal);
+    } catch (e) {
+      route.cancel();
+      throw e;
+    }
+    return route;
+  }
 
   private async call<T>(line: (id: number) => string, route: ReplyRoute<T>, signal?: AbortSignal): Promise<T> {
     this.assertOpen();
@@ -471,6 +569,16 @@ export class AgentChannel {
 }
 
 function ignoreError(): void {}
+
+function checkTag(execId: string): void {
+  if (typeof execId !== 'string' || !TAG_RE.test(execId)) {
+    throw new InvalidArgumentError('execId must be 1-64 printable ASCII characters without spaces', { details: { execId } });
+  }
+}
+
+function notFoundProcess(e: unknown, execId: string): unknown {
+  return e instanceof AppError && (e.details as { errno?: string } | undefined)?.errno === 'ESRCH' ? new NotFoundError('process', execId) : e;
+}
 
 function validateExec(req: ExecRequest): void {
   const bad = (message: string, details: Record<string, unknown>): never => {

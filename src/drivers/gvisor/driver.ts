@@ -13,6 +13,10 @@ import {
   type ExecRequest,
   type FileEntry,
   type FileStat,
+  type ProcessInfo,
+  type ProcessOutputEvent,
+  type ProcessOutputOptions,
+  type WatchEvent,
   type SandboxDriver,
   type SandboxSpec,
   type SandboxStats,
@@ -22,7 +26,7 @@ import {
   InvalidStateError,
   NoSpaceError,
 } from '../../core/index.js';
-import { AgentChannel } from '../agent/channel.js';
+import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { cgroupPids, freeze, freezerState, imageBound, readStats, removeCgroups, thaw } from './cgroup.js';
 import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { Runsc } from './runsc.js';
@@ -101,6 +105,8 @@ export class GvisorDriver implements SandboxDriver {
     snapshotWhileRunning: true,
     userland: 'full' as const,
     isolation: 'user-space-kernel' as const,
+    processRingBytes: RING_BYTES,
+    maxProcesses: MAX_PROCESSES,
   });
 
   private readonly runsc: Runsc;
@@ -494,6 +500,24 @@ export class GvisorDriver implements SandboxDriver {
   async exec(sandboxId: string, req: ExecRequest, opts: CallOptions = {}): Promise<ExecHandle> {
     if (req.argv.length === 0) throw new InvalidStateError('argv is empty');
     return this.channel(sandboxId).exec(req, opts);
+  }
+  async startProcess(sandboxId: string, execId: string, req: ExecRequest, opts: CallOptions = {}): Promise<{ pid: number }> {
+    return this.channel(sandboxId).startProcess(execId, req, opts);
+  }
+  async listProcesses(sandboxId: string, opts: CallOptions = {}): Promise<ProcessInfo[]> {
+    return this.channel(sandboxId).listProcesses(opts);
+  }
+  async processOutput(sandboxId: string, execId: string, opts: ProcessOutputOptions = {}): Promise<AsyncIterable<ProcessOutputEvent>> {
+    return this.channel(sandboxId).processOutput(execId, opts);
+  }
+  async killProcess(sandboxId: string, execId: string, opts: CallOptions & { signalNumber?: number } = {}): Promise<boolean> {
+    return this.channel(sandboxId).killProcess(execId, opts);
+  }
+  async watchFiles(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
+    return this.channel(sandboxId).watch(path, opts);
+  }
+  async rename(sandboxId: string, from: string, to: string, opts: CallOptions = {}): Promise<void> {
+    return this.channel(sandboxId).rename(from, to, opts);
   }
   async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
     const ch = this.channel(sandboxId);

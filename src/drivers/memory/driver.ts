@@ -23,6 +23,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import {
+  InvalidArgumentError,
   NotFoundError,
   SandboxError,
   throwIfAborted,
@@ -34,19 +35,25 @@ import {
   type ExecRequest,
   type FileEntry,
   type FileStat,
+  type ProcessInfo,
+  type ProcessOutputEvent,
+  type ProcessOutputOptions,
   type SandboxDriver,
+  type WatchEvent,
   type SandboxIdentity,
   type SandboxSpec,
   type SandboxStats,
 } from '../../core/index.js';
 import { MemoryExec } from './exec.js';
 import { MemoryFs, concat, type MemNode } from './fs.js';
+import { ProcessTable, watchTree } from './processes.js';
 import { EMPTY, runProgram, type ShellContext } from './shell.js';
 
 /** The port methods failNext can make fail. */
 export const MEMORY_DRIVER_OPS = [
   'probe', 'create', 'adopt', 'list', 'exec', 'readFile', 'writeFile', 'listFiles', 'stat', 'realpath', 'mkdir',
-  'remove', 'pause', 'resume', 'checkpoint', 'restore', 'stats', 'destroy',
+  'remove', 'rename', 'pause', 'resume', 'checkpoint', 'restore', 'stats', 'destroy', 'startProcess', 'listProcesses',
+  'processOutput', 'killProcess', 'watchFiles',
 ] as const;
 export type MemoryDriverOp = (typeof MEMORY_DRIVER_OPS)[number];
 
@@ -75,7 +82,13 @@ interface Fault {
 interface Image {
   version: 1;
   root: MemNode;
+  /** Background process records (absent in images written before they existed). */
+  procs?: ReturnType<ProcessTable['snapshot']>;
 }
+
+/** As the agent's RING_MAX and BG_MAX. */
+const RING_BYTES = 1 << 20;
+const MAX_PROCESSES = 32;
 
 class Box {
   paused: { promise: Promise<void>; resolve: () => void } | null = null;
@@ -83,9 +96,11 @@ class Box {
   readonly execs = new Set<MemoryExec>();
   cpuMs = 0;
   peak = 0;
+  nextPid = 100;
   constructor(
     readonly spec: SandboxSpec,
     readonly fs: MemoryFs,
+    readonly procs: ProcessTable,
   ) {}
   running = (): Promise<void> => this.paused?.promise ?? Promise.resolve();
   /** Kills every command and background job (the machine stops). */
@@ -114,6 +129,8 @@ export class MemoryDriver implements SandboxDriver {
       snapshotWhileRunning: true,
       isolation: 'user-space-kernel' as const,
       userland: 'builtin' as const,
+      processRingBytes: RING_BYTES,
+      maxProcesses: MAX_PROCESSES,
       ...o.capabilities,
     });
     this.now = o.now ?? Date.now;
@@ -166,9 +183,11 @@ export class MemoryDriver implements SandboxDriver {
     return b;
   }
 
-  private start(spec: SandboxSpec, fs: MemoryFs): void {
+  private start(spec: SandboxSpec, fs: MemoryFs, procs?: Image['procs']): void {
     if (this.boxes.has(spec.sandboxId)) throw new SandboxError(`sandbox ${spec.sandboxId} already exists`);
-    const box = new Box(spec, fs);
+    const table = new ProcessTable({ ringBytes: this.capabilities.processRingBytes, max: this.capabilities.maxProcesses, now: this.now });
+    if (procs) table.load(procs);
+    const box = new Box(spec, fs, table);
     this.applyIdentity(box, spec.identity);
     this.boxes.set(spec.sandboxId, box);
   }
@@ -256,6 +275,44 @@ export class MemoryDriver implements SandboxDriver {
     return h;
   }
 
+  async startProcess(sandboxId: string, execId: string, req: ExecRequest, opts?: CallOptions): Promise<{ pid: number }> {
+    this.fault('startProcess', opts);
+    if (req.stdin) throw new InvalidArgumentError('a background command has no stdin', { details: { stdin: true } });
+    const box = this.box(sandboxId);
+    box.procs.admit(execId);
+    const h = await this.exec(sandboxId, { ...req, stdin: false }, opts);
+    const pid = box.nextPid++;
+    box.procs.add(execId, req.argv, pid, h);
+    return { pid };
+  }
+
+  async listProcesses(sandboxId: string, opts?: CallOptions): Promise<ProcessInfo[]> {
+    this.fault('listProcesses', opts);
+    return this.box(sandboxId).procs.list();
+  }
+
+  async processOutput(sandboxId: string, execId: string, opts: ProcessOutputOptions = {}): Promise<AsyncIterable<ProcessOutputEvent>> {
+    this.fault('processOutput', opts);
+    return this.box(sandboxId).procs.output(execId, opts);
+  }
+
+  async killProcess(sandboxId: string, execId: string, opts: CallOptions & { signalNumber?: number } = {}): Promise<boolean> {
+    this.fault('killProcess', opts);
+    return this.box(sandboxId).procs.kill(execId, opts.signalNumber ?? 15);
+  }
+
+  async watchFiles(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
+    this.fault('watchFiles', opts);
+    const fs = this.box(sandboxId).fs;
+    const root = fs.stat(path).path; // a missing path fails here, as inotify_add_watch would
+    return watchTree(fs, root, !!opts.recursive, opts.signal);
+  }
+
+  async rename(sandboxId: string, from: string, to: string, opts?: CallOptions): Promise<void> {
+    this.fault('rename', opts);
+    this.box(sandboxId).fs.rename(from, to);
+  }
+
   async readFile(sandboxId: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>> {
     this.fault('readFile', opts);
     const data = this.box(sandboxId).fs.readFile(path);
@@ -327,7 +384,7 @@ export class MemoryDriver implements SandboxDriver {
   async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
     const midway = this.fault('checkpoint', opts);
     const box = this.box(sandboxId);
-    const image: Image = { version: 1, root: box.fs.root };
+    const image: Image = { version: 1, root: box.fs.root, procs: box.procs.snapshot() };
     const bytes = serialize(image);
     await writeFile(join(imageDir, IMAGE_FILE), midway ? bytes.subarray(0, bytes.byteLength >> 1) : bytes);
     if (midway) throw midway;
@@ -349,7 +406,7 @@ export class MemoryDriver implements SandboxDriver {
       throw new SandboxError(`cannot read the image in ${imageDir}: ${(e as Error).message}`, { cause: e });
     }
     throwIfAborted(opts?.signal);
-    this.start(spec, new MemoryFs(image.root as Extract<MemNode, { type: 'dir' }>, this.now));
+    this.start(spec, new MemoryFs(image.root as Extract<MemNode, { type: 'dir' }>, this.now), image.procs);
     if (midway) throw midway;
   }
 

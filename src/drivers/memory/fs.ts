@@ -3,7 +3,7 @@
  * symbolic links and the `/dev/null` device. Failures carry the same codes as the agent-backed drivers
  * (ENOENT → not_found, EEXIST → conflict, ENOTDIR/EISDIR/ELOOP → invalid_argument, ENOTEMPTY → invalid_state).
  */
-import { AppError, InvalidArgumentError, InvalidStateError, NotFoundError, type FileEntry, type FileStat, type FileType } from '../../core/index.js';
+import { AppError, InvalidArgumentError, InvalidStateError, NotFoundError, type FileEntry, type FileStat, type FileType, type WatchEvent } from '../../core/index.js';
 
 export type MemNode =
   | { type: 'dir'; mode: number; mtimeMs: number; children: Map<string, MemNode> }
@@ -43,10 +43,16 @@ interface Found {
 }
 
 export class MemoryFs {
+  /** Watchers (the driver's watchFiles): told of every change made through this tree. */
+  readonly watchers = new Set<(ev: WatchEvent) => void>();
   constructor(
     readonly root: Extract<MemNode, { type: 'dir' }>,
     private readonly now: () => number,
   ) {}
+
+  private emit(type: WatchEvent['type'], path: string, isDir: boolean): void {
+    for (const w of this.watchers) w({ type, path, isDir });
+  }
 
   static fresh(now: () => number): MemoryFs {
     const t = now();
@@ -138,6 +144,7 @@ export class MemoryFs {
     const mode = opts.mode ?? (f.node?.type === 'file' ? f.node.mode : 0o644);
     f.parent.children.set(f.name, { type: 'file', mode, mtimeMs: this.now(), data: body });
     f.parent.mtimeMs = this.now();
+    this.emit(f.node ? 'modify' : 'create', f.path, false);
   }
 
   /** Whether writes to path are discarded (a device such as /dev/null). */
@@ -160,6 +167,7 @@ export class MemoryFs {
         throw fsError('EEXIST', sub, `${sub}: already exists`);
       }
       f.parent.children.set(f.name, { type: 'dir', mode: 0o755, mtimeMs: this.now(), children: new Map() });
+      this.emit('create', f.path, true);
     }
   }
 
@@ -167,6 +175,7 @@ export class MemoryFs {
     const f = this.find(path, { cwd, follow: false });
     if (f.node) throw fsError('EEXIST', path, `${path}: already exists`);
     f.parent.children.set(f.name, { type: 'symlink', mode: 0o777, mtimeMs: this.now(), target });
+    this.emit('create', f.path, false);
   }
 
   /** Removes a name (a symlink itself, not its target). */
@@ -176,6 +185,28 @@ export class MemoryFs {
     if (f.node === this.root) throw fsError('EINVAL', path, 'cannot remove /');
     if (f.node.type === 'dir' && f.node.children.size > 0 && !opts.recursive) throw fsError('ENOTEMPTY', path, `${path}: directory not empty`);
     f.parent.children.delete(f.name);
+    this.emit('delete', f.path, f.node.type === 'dir');
+  }
+
+  /** rename(2): neither name followed; a directory replaces only an empty directory, never into itself. */
+  rename(from: string, to: string): void {
+    const a = this.find(from, { follow: false });
+    if (!a.node) throw fsError('ENOENT', from);
+    if (a.node === this.root || split(to).length === 0) throw new AppError('forbidden', 'rename of /', { details: { errno: 'EPERM', path: '/' } });
+    const b = this.find(to, { follow: false });
+    if (a.node === b.node) return;
+    if (a.node.type === 'dir' && `${b.path}/`.startsWith(`${a.path}/`)) throw fsError('EINVAL', to, `${to}: inside ${from}`);
+    if (b.node?.type === 'dir') {
+      if (a.node.type !== 'dir') throw fsError('EISDIR', to, `${to}: is a directory`);
+      if (b.node.children.size) throw fsError('ENOTEMPTY', to, `${to}: directory not empty`);
+    } else if (b.node && a.node.type === 'dir') {
+      throw fsError('ENOTDIR', to, `${to}: not a directory`);
+    }
+    a.parent.children.delete(a.name);
+    b.parent.children.set(b.name, a.node);
+    a.parent.mtimeMs = b.parent.mtimeMs = this.now();
+    this.emit('move_from', a.path, a.node.type === 'dir');
+    this.emit('move_to', b.path, a.node.type === 'dir');
   }
 
   /**

@@ -23,7 +23,7 @@ import {
   SandboxError,
   UnavailableError,
 } from '../../core/index.js';
-import { AgentChannel } from '../agent/channel.js';
+import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { type GuestImage, type GuestRecipe, ensureGuestImage, withAgent } from '../image/guest.js';
 import {
   QEMU_BINARY,
@@ -127,6 +127,7 @@ export class QemuDriver implements SandboxDriver {
     snapshotWhileRunning: true,
     userland: 'full' as const,
     isolation: 'hypervisor' as const,
+    processRingBytes: RING_BYTES, maxProcesses: MAX_PROCESSES,
   });
 
   private readonly live = new Map<string, Live>();
@@ -534,6 +535,12 @@ export class QemuDriver implements SandboxDriver {
     const live = this.get(sandboxId);
     return (await this.settledChannel(sandboxId)).exec({ ...req, env: { ...live.spec.env, ...req.env } }, opts);
   }
+  readonly startProcess: SandboxDriver['startProcess'] = async (id, execId, req, opts) => (await this.settledChannel(id)).startProcess(execId, { ...req, env: { ...this.get(id).spec.env, ...req.env } }, opts);
+  readonly listProcesses: SandboxDriver['listProcesses'] = async (id, opts) => (await this.settledChannel(id)).listProcesses(opts);
+  readonly processOutput: SandboxDriver['processOutput'] = async (id, execId, opts) => (await this.settledChannel(id)).processOutput(execId, opts);
+  readonly killProcess: SandboxDriver['killProcess'] = async (id, execId, opts) => (await this.settledChannel(id)).killProcess(execId, opts);
+  readonly watchFiles: SandboxDriver['watchFiles'] = async (id, path, opts) => (await this.settledChannel(id)).watch(path, opts);
+  readonly rename: SandboxDriver['rename'] = async (id, from, to, opts) => (await this.settledChannel(id)).rename(from, to, opts);
   async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
     return (await this.settledChannel(sandboxId)).readFile(path, opts);
   }

@@ -9,6 +9,7 @@ import {
   StdinQuerySchema,
   encodeExecLine,
   toWireError,
+  type BackgroundExecView,
   type ExecStreamLine,
   type KillView,
   type StdinView,
@@ -21,7 +22,11 @@ export function execRoutes({ engine, log, execHeartbeatMs }: RouteDeps): Hono<En
 
   r.post('/sessions/:id/exec', async (c) => {
     const sessionId = idParam(c, 'session');
-    const body = await readJson(c, ExecBodySchema);
+    const { background, ...body } = await readJson(c, ExecBodySchema);
+    if (background) {
+      // Runs on without this request: the answer is at once, the output stays in the sandbox (routes/processes.ts).
+      return c.json<BackgroundExecView>(await engine.processes.start(principal(c), sessionId, body, callOpts(c)));
+    }
     const { execId, handle } = await engine.exec(principal(c), sessionId, body, callOpts(c));
     return new Response(execStream({ sessionId, execId, handle, log, heartbeatMs: execHeartbeatMs }), {
       status: 200,

@@ -16,7 +16,7 @@
  *
  * Sections, one room each: 1 limits and state (this header; the state is defined in state.c),
  * 2 utilities and 3 base64 (util.c), 4 output and 5 line parsing (output.c), 6 commands (exec.c),
- * 7 file reads and writes (files.c), 8 file system queries (fs.c), 9 identity, 10 hello/quiesce/reset and
+ * 7 file reads and writes (files.c), 8 file system queries (fs.c), 15 background processes (bg.c), 16 watches (watch.c), 9 identity, 10 hello/quiesce/reset and
  * 11 dispatch (control.c), 12 the host channel and 13 signals and reaping (channel.c), 14 main loop
  * (main.c). The agent is one thread: the state below is shared by the files, never by threads.
  */
@@ -65,6 +65,10 @@ extern char **environ;
 #define RECONNECT_MS 100           /* retry period for a lost channel */
 #define LIST_BATCH 256             /* directory entries emitted per loop turn and listing */
 #define MAX_CREDIT (1u << 20)      /* cap on outstanding read grants (guards against overflow) */
+#define RING_MAX (1u << 20)        /* bytes of each stream a background process keeps (the last ones) */
+#define BG_MAX 32                  /* background process records kept (running + finished) */
+#define WATCH_MAX_DIRS 8192        /* directories one recursive watch may cover */
+#define BG_ARGV_MAX (256u * 1024)  /* bytes of argv a background process may have (it is echoed by J) */
 
 extern const char *DEFAULT_PATH;
 extern const char *DEFAULT_HOME;
@@ -86,6 +90,38 @@ struct exec {
   int64_t deadline;            /* monotonic ms at which to SIGKILL the group; 0 = none */
   int timed_out;
   int detached;                /* its host went away (H with reset): still serviced, reports nothing */
+  struct bg *bg;               /* a background process: output goes to its rings, no o/e/x lines */
+};
+
+/* The last RING_MAX bytes of a stream: the byte at absolute offset k is p[k % cap]; total is every
+ * byte ever appended. cap grows by doubling up to RING_MAX, and total > cap only once cap == RING_MAX. */
+struct ring {
+  char *p;
+  size_t cap;
+  uint64_t total;
+};
+
+/* A background process (`B`): lives in memory (so in every snapshot) until BG_MAX newer ones push it out. */
+struct bg {
+  struct bg *next;             /* newest first */
+  uint64_t id;
+  char *tag;                   /* the host's name for it (its execId), unique among the records */
+  pid_t pid;
+  char **argv;
+  size_t argc;
+  int running, code, sig, timed_out;
+  int64_t started_ms, ended_ms; /* wall clock, ms since the epoch; ended 0 while running */
+  struct ring out, err;
+};
+
+/* A reader of a background process's rings (`O`), with read credit like `R`. */
+struct bgfollow {
+  struct bgfollow *next;
+  uint64_t id;
+  struct bg *bg;
+  uint64_t off[2];             /* next absolute offset to send: stdout, stderr */
+  int follow, turn;
+  uint64_t credit;
 };
 
 /* A file being streamed to the host (`R`). */
@@ -128,6 +164,18 @@ extern struct fread *reads;
 extern struct fwrite *writes;
 extern struct flist *lists;
 extern struct helper *helpers;
+/* A file system watch (`Y`): its own inotify instance; paths[wd] is the watched path of each descriptor. */
+struct watch {
+  struct watch *next;
+  uint64_t id;
+  int fd, recursive;
+  char **paths;
+  size_t cap, count;
+};
+
+extern struct watch *watches;
+extern struct bg *bgs;
+extern struct bgfollow *follows;
 
 extern struct buf out;             /* lines for the host, not yet written */
 extern struct buf inb;             /* host bytes not yet parsed into lines */
@@ -160,6 +208,7 @@ void *xrealloc(void *p, size_t n);
 void *xcalloc(size_t n, size_t size);
 char *xstrdup(const char *s);
 int64_t now_ms(void);
+int64_t wall_ms(void);
 void set_nonblock(int fd);
 void close_fd(int *fd);
 char *buf_reserve(struct buf *b, size_t n);
@@ -195,7 +244,7 @@ extern char **tok;   /* the fields of the line being handled */
 extern size_t ntok;
 
 /* exec.c: running commands (X I C K) */
-void cmd_exec(uint64_t id);
+void cmd_exec(uint64_t id, int background);
 void exec_stdin_flush(struct exec *x);
 void cmd_stdin(uint64_t id);
 void cmd_close_stdin(uint64_t id);
@@ -224,7 +273,29 @@ void cmd_realpath(uint64_t id);
 int make_dirs(char *path, int parents, mode_t mode);
 void cmd_mkdir(uint64_t id);
 void cmd_remove(uint64_t id);
+void cmd_rename(uint64_t id);
 void helper_finish(struct helper **pp, int status);
+
+/* bg.c: background processes (B J O Z) */
+void bg_output(struct bg *b, char tag, const unsigned char *d, size_t n);
+void bg_exited(struct bg *b, int code, int sig, int timed_out);
+int bg_make_room(void);
+struct bg *bg_new(uint64_t id, const char *tag, pid_t pid, char **argv, size_t argc);
+struct bg *find_bg(const char *tag);
+void cmd_jobs(uint64_t id);
+void cmd_output(uint64_t id);
+void cmd_signal_bg(uint64_t id);
+void pump_follows(void);
+int follows_can_progress(void);
+int follow_grant(uint64_t id, uint64_t n);
+int follow_abort(uint64_t id);
+void follows_reset(void);
+
+/* watch.c: file system watches (Y) */
+void cmd_watch(uint64_t id);
+void watch_read(struct watch *w);
+int watch_abort(uint64_t id);
+void watches_reset(void);
 
 /* control.c: identity (N), hello/quiesce/reset (H Q) and dispatch of host lines */
 void process_input(void);

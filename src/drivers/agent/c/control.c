@@ -92,6 +92,7 @@ static void cmd_identity(uint64_t id) {
  * running; their output is read and dropped, and no `x` is sent. */
 static void reset_channel_state(void) {
   for (struct exec *x = execs; x; x = x->next) {
+    if (x->bg) continue; /* background processes belong to the machine, not to a host */
     x->detached = 1;
     buf_free(&x->stdin_q);
     close_fd(&x->fd_in);
@@ -105,6 +106,8 @@ static void reset_channel_state(void) {
     lists = l->next;
     free(l);
   }
+  follows_reset();
+  watches_reset();
   out_drop_unsent();
 }
 
@@ -142,7 +145,12 @@ static void handle_line(char *line, size_t len) {
    * out of their reach. */
   if (id >= next_id && id < (UINT64_C(1) << 53)) next_id = id + 1;
   switch (verb) {
-  case 'X': cmd_exec(id); break;
+  case 'X': cmd_exec(id, 0); break;
+  case 'B': cmd_exec(id, 1); break;
+  case 'J': cmd_jobs(id); break;
+  case 'O': cmd_output(id); break;
+  case 'Z': cmd_signal_bg(id); break;
+  case 'Y': cmd_watch(id); break;
   case 'I': cmd_stdin(id); break;
   case 'C': cmd_close_stdin(id); break;
   case 'K': cmd_kill(id); break;
@@ -157,6 +165,7 @@ static void handle_line(char *line, size_t len) {
   case 'P': cmd_realpath(id); break;
   case 'M': cmd_mkdir(id); break;
   case 'U': cmd_remove(id); break;
+  case 'V': cmd_rename(id); break;
   case 'N': cmd_identity(id); break;
   case 'Q': cmd_quiesce(id); break;
   default:

@@ -58,12 +58,27 @@ child_exec(char **argv, char **envp, const char *cwd, int in_fd, int out_fd, int
 
 static struct exec *find_exec(uint64_t id) {
   for (struct exec *x = execs; x; x = x->next)
-    if (x->id == id && !x->detached) return x;
+    if (x->id == id && !x->detached && !x->bg) return x;
   return NULL;
 }
 
-/* Forks and starts a command; answers `r <id> 0 <pid>` or `r <id> <errno> ...`. */
-static void spawn_exec(uint64_t id, char **argv, char **envp, const char *cwd, int want_stdin, uint64_t timeout) {
+/* A tag names a background process: 1-64 printable ASCII characters, no space. */
+static int valid_tag(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 64) return 0;
+  for (; *s; s++)
+    if (*s <= ' ' || *s > '~') return 0;
+  return 1;
+}
+
+/* Forks and starts a command (a background one when tag is set); answers `r <id> 0 <pid>` or an error. */
+static void spawn_exec(uint64_t id, const char *tag, char **argv, size_t argc, char **envp, const char *cwd,
+                       int want_stdin, uint64_t timeout) {
+  int room = tag ? bg_make_room() : 0;
+  if (room) {
+    reply_err(id, room, "background: all records hold running processes", NULL);
+    return;
+  }
   int o[2] = {-1, -1}, e[2] = {-1, -1}, in[2] = {-1, -1};
   if (pipe2(o, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0 || (want_stdin && pipe2(in, O_CLOEXEC) < 0)) {
     int err = errno;
@@ -91,34 +106,46 @@ static void spawn_exec(uint64_t id, char **argv, char **envp, const char *cwd, i
   set_nonblock(x->fd_err);
   if (x->fd_in >= 0) set_nonblock(x->fd_in);
   x->deadline = timeout ? now_ms() + (int64_t)timeout : 0;
+  if (tag) x->bg = bg_new(id, tag, pid, argv, argc);
   x->next = execs;
   execs = x;
   out_fmt("r %" PRIu64 " 0 %d\n", id, (int)pid);
 }
 
-/* X <id> <flags> <timeoutMs> <cwd> <argc> <arg>... <envc> <env>... */
-void cmd_exec(uint64_t id) {
+/* X (or B, background) <id> <flags> <timeoutMs> <cwd> <argc> <arg>... <envc> <env>... */
+void cmd_exec(uint64_t id, int background) {
   uint64_t flags, timeout, argc, envc;
-  char *cwd;
-  if (f_u64(2, &flags) || f_u64(3, &timeout) || f_str(4, &cwd) || f_u64(5, &argc) || argc == 0 ||
-      argc > ntok || f_u64(6 + argc, &envc) || envc > ntok || ntok != 7 + argc + envc) {
-    reply_err(id, EINVAL, "malformed X line", NULL);
+  char *cwd, *tag = NULL;
+  size_t k = background ? 3 : 2; /* B has its tag before the X fields */
+  if ((background && (f_str(2, &tag) || !valid_tag(tag))) || f_u64(k, &flags) || f_u64(k + 1, &timeout) ||
+      f_str(k + 2, &cwd) || f_u64(k + 3, &argc) || argc == 0 || argc > ntok || f_u64(k + 4 + argc, &envc) ||
+      envc > ntok || ntok != k + 5 + argc + envc) {
+    reply_err(id, EINVAL, background ? "malformed B line" : "malformed X line", NULL);
+    return;
+  }
+  if (background && find_bg(tag)) {
+    reply_err(id, EEXIST, "background: tag in use", NULL);
     return;
   }
   if (timeout > (uint64_t)INT64_MAX / 4) timeout = (uint64_t)INT64_MAX / 4;
   char **argv = xcalloc(argc + 1, sizeof *argv);
   char **items = xcalloc(envc + 1, sizeof *items);
   int bad = 0;
-  for (size_t i = 0; i < argc; i++) bad |= f_str(6 + i, &argv[i]);
+  for (size_t i = 0; i < argc; i++) bad |= f_str(k + 4 + i, &argv[i]);
   for (size_t i = 0; i < envc; i++) {
-    bad |= f_str(7 + argc + i, &items[i]);
+    bad |= f_str(k + 5 + argc + i, &items[i]);
     if (!bad && (items[i][0] == '=' || !strchr(items[i], '='))) bad = 1;
   }
+  size_t argbytes = 0;
+  for (size_t i = 0; !bad && i < argc; i++) argbytes += strlen(argv[i]) + 1;
   if (bad) {
     reply_err(id, EINVAL, "malformed X argument or environment item", NULL);
+  } else if (background && argbytes > BG_ARGV_MAX) {
+    reply_err(id, E2BIG, "background argv", NULL);
   } else {
     char **envp = merge_env(items, envc);
-    spawn_exec(id, argv, envp, cwd, (int)(flags & 1), timeout);
+    /* a background process has no stdin: nobody stays on the channel to feed it */
+    spawn_exec(id, tag, argv, argc, envp, cwd, background ? 0 : (int)(flags & 1), timeout);
     free(envp);
   }
   free(argv);
@@ -185,7 +212,8 @@ ssize_t exec_read(struct exec *x, int *fd, char tag) {
   if (*fd < 0) return 0;
   ssize_t n = read(*fd, iobuf, sizeof iobuf);
   if (n > 0) {
-    if (!x->detached) out_data_line(tag, x->id, iobuf, (size_t)n);
+    if (x->bg) bg_output(x->bg, tag, iobuf, (size_t)n);
+    else if (!x->detached) out_data_line(tag, x->id, iobuf, (size_t)n);
     return n;
   }
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
@@ -205,12 +233,11 @@ void exec_finish(struct exec **pp, int status) {
   struct exec *x = *pp;
   exec_drain(x, &x->fd_out, 'o');
   exec_drain(x, &x->fd_err, 'e');
-  if (!x->detached) {
-    int code = 255, sig = 0;
-    if (WIFEXITED(status)) code = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) sig = WTERMSIG(status), code = 128 + sig;
-    out_fmt("x %" PRIu64 " %d %d %d\n", x->id, code, sig, x->timed_out);
-  }
+  int code = 255, sig = 0;
+  if (WIFEXITED(status)) code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) sig = WTERMSIG(status), code = 128 + sig;
+  if (x->bg) bg_exited(x->bg, code, sig, x->timed_out);
+  else if (!x->detached) out_fmt("x %" PRIu64 " %d %d %d\n", x->id, code, sig, x->timed_out);
   close_fd(&x->fd_out);
   close_fd(&x->fd_err);
   close_fd(&x->fd_in);

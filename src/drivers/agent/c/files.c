@@ -77,7 +77,7 @@ int reads_can_progress(void) {
 /* G <id> <n> */
 void cmd_grant(uint64_t id) {
   uint64_t n;
-  if (f_u64(2, &n)) return;
+  if (f_u64(2, &n) || follow_grant(id, n)) return;
   for (struct fread *r = reads; r; r = r->next) {
     if (r->id == id) {
       r->credit = r->credit + n > MAX_CREDIT ? MAX_CREDIT : r->credit + n;
@@ -160,6 +160,10 @@ void cmd_finish(uint64_t id) {
 
 /* A <id>: aborts a write (temporary file removed) or a read. */
 void cmd_abort(uint64_t id) {
+  if (follow_abort(id) || watch_abort(id)) {
+    reply_ok(id, "-");
+    return;
+  }
   struct fwrite **wp = find_write(id);
   if (wp) {
     fwrite_free(wp, 1);

@@ -266,3 +266,25 @@ void helper_finish(struct helper **pp, int status) {
   free(h->path);
   free(h);
 }
+
+/* V <id> <from> <to>: rename(2), so within one file system, atomic, replacing a file at `to` (a directory
+ * only when `to` is an empty one). `/` is refused like U. */
+void cmd_rename(uint64_t id) {
+  char *from, *to;
+  int bad = ntok != 4 ? EINVAL : f_path(2, &from);
+  if (!bad) bad = f_path(3, &to);
+  if (bad) {
+    reply_err(id, bad, "rename", NULL);
+    return;
+  }
+  if (!strcmp(from, "/") || !strcmp(to, "/")) {
+    reply_err(id, EPERM, "rename", "/");
+    return;
+  }
+  if (rename(from, to) < 0) {
+    reply_err(id, errno, "rename", from);
+    return;
+  }
+  fsync_parent(to);
+  reply_ok(id, "-");
+}

@@ -3,35 +3,41 @@
 
 /* ==== 14. main loop ================================================================================== */
 
-enum slot_kind { SLOT_EXEC_OUT, SLOT_EXEC_ERR, SLOT_EXEC_IN, SLOT_CHAN_IN, SLOT_CHAN_OUT, SLOT_SIG };
+enum slot_kind { SLOT_EXEC_OUT, SLOT_EXEC_ERR, SLOT_EXEC_IN, SLOT_WATCH, SLOT_CHAN_IN, SLOT_CHAN_OUT, SLOT_SIG };
 struct slot {
   enum slot_kind kind;
   struct exec *x;
+  struct watch *w;
 };
 
 static struct pollfd *pfds;
 static struct slot *slots;
 static size_t nslots, slotcap;
 
-static void add_slot(int fd, short events, enum slot_kind kind, struct exec *x) {
+static void add_slot_w(int fd, short events, enum slot_kind kind, struct exec *x, struct watch *w) {
   if (nslots == slotcap) {
     slotcap = slotcap ? slotcap * 2 : 64;
     pfds = xrealloc(pfds, slotcap * sizeof *pfds);
     slots = xrealloc(slots, slotcap * sizeof *slots);
   }
   pfds[nslots] = (struct pollfd){.fd = fd, .events = events};
-  slots[nslots++] = (struct slot){.kind = kind, .x = x};
+  slots[nslots++] = (struct slot){.kind = kind, .x = x, .w = w};
 }
 
-/* Exec slots first and the signal slot last: only reaping frees an exec, so pointers stay valid. */
+static void add_slot(int fd, short events, enum slot_kind kind, struct exec *x) { add_slot_w(fd, events, kind, x, NULL); }
+
+/* Exec slots first and the signal slot last: only reaping frees an exec, so pointers stay valid. Watch
+ * slots come before the channel's: only a host line (A, or H with reset) frees a watch. */
 static void build_slots(int64_t now) {
   nslots = 0;
   for (struct exec *x = execs; x; x = x->next) {
-    int produce = !quiesced && (x->detached || out.len < OUT_HIGH);
+    int produce = !quiesced && (x->detached || x->bg || out.len < OUT_HIGH);
     if (produce && x->fd_out >= 0) add_slot(x->fd_out, POLLIN, SLOT_EXEC_OUT, x);
     if (produce && x->fd_err >= 0) add_slot(x->fd_err, POLLIN, SLOT_EXEC_ERR, x);
     if (x->fd_in >= 0 && x->stdin_q.len) add_slot(x->fd_in, POLLOUT, SLOT_EXEC_IN, x);
   }
+  if (!quiesced && out.len < OUT_HIGH)
+    for (struct watch *w = watches; w; w = w->next) add_slot_w(w->fd, POLLIN, SLOT_WATCH, NULL, w);
   if (chan_in >= 0 && now >= in_paused_until) add_slot(chan_in, POLLIN, SLOT_CHAN_IN, NULL);
   if (chan_out >= 0 && out.len && !quiesced) add_slot(chan_out, POLLOUT, SLOT_CHAN_OUT, NULL);
   add_slot(sig_fd, POLLIN, SLOT_SIG, NULL);
@@ -39,7 +45,7 @@ static void build_slots(int64_t now) {
 
 static int poll_timeout(int64_t now) {
   int64_t t = -1;
-  if (!quiesced && out.len < OUT_HIGH && (reads_can_progress() || lists)) return 0;
+  if (!quiesced && out.len < OUT_HIGH && (reads_can_progress() || lists || follows_can_progress())) return 0;
   for (struct exec *x = execs; x; x = x->next)
     if (x->deadline && (t < 0 || x->deadline - now < t)) t = x->deadline - now;
   int64_t wake = chan_in < 0 ? chan_retry_at : in_paused_until > now ? in_paused_until : 0;
@@ -56,6 +62,7 @@ static void handle_slot(size_t i) {
   case SLOT_EXEC_OUT: exec_read(x, &x->fd_out, 'o'); break;
   case SLOT_EXEC_ERR: exec_read(x, &x->fd_err, 'e'); break;
   case SLOT_EXEC_IN: exec_stdin_flush(x); break;
+  case SLOT_WATCH: watch_read(slots[i].w); break;
   case SLOT_CHAN_OUT: flush_out(); break;
   case SLOT_CHAN_IN:
     /* A hang-up with nothing to read (a virtio port whose host left) counts as EOF. */
@@ -143,6 +150,7 @@ int main(int argc, char **argv) {
     if (!quiesced) {
       pump_reads();
       pump_lists();
+      pump_follows();
     }
     flush_out();
   }
