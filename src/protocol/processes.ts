@@ -5,7 +5,6 @@
  * `?offset=<cursor>` misses and repeats nothing.
  */
 import * as z from 'zod';
-import { AppError } from '../core/errors.js';
 import type { ProcessInfo } from '../core/sandbox.js';
 import { AbsolutePath } from './schemas.js';
 import type { WireError } from './types.js';
@@ -71,33 +70,7 @@ export interface ProcessCursor {
 }
 export const formatCursor = (c: ProcessCursor): string => `${c.stdout},${c.stderr}`;
 
-/** One NDJSON line of GET …/processes/:execId/output. `data` is base64. */
-export type ProcessOutputLine =
-  | { type: 'stdout' | 'stderr'; offset: number; data: string; cursor: string }
-  | { type: 'exit'; code: number; signal: number | null; timedOut: boolean }
-  /** The end of what the ring holds, without follow (the command still runs). */
-  | { type: 'end'; cursor: string }
-  | { type: 'error'; error: WireError }
-  | { type: 'ping' };
-
-export function decodeProcessLine(text: string): ProcessOutputLine {
-  let o: Record<string, unknown> | null;
-  try {
-    o = JSON.parse(text) as Record<string, unknown> | null;
-  } catch {
-    throw new AppError('internal', 'malformed process output line (not JSON)');
-  }
-  const ok =
-    !!o &&
-    typeof o === 'object' &&
-    (((o.type === 'stdout' || o.type === 'stderr') && typeof o.data === 'string' && typeof o.offset === 'number' && typeof o.cursor === 'string') ||
-      (o.type === 'exit' && typeof o.code === 'number') ||
-      (o.type === 'end' && typeof o.cursor === 'string') ||
-      (o.type === 'error' && !!o.error && typeof o.error === 'object') ||
-      o.type === 'ping');
-  if (!ok) throw new AppError('internal', `unexpected process output line: ${text.slice(0, 200)}`);
-  return o as ProcessOutputLine;
-}
+export { decodeProcessLine, type ProcessOutputLine } from './process-lines.js';
 
 const queryBool = z.enum(['true', 'false', '1', '0'], { error: 'must be true or false' }).transform((s) => s === 'true' || s === '1');
 

@@ -6,7 +6,8 @@
 import { AppError } from '../core/errors.js';
 import { base64ToBytes } from '../protocol/exec.js';
 import { fromWireError } from '../protocol/errors.js';
-import { decodeProcessLine, type BackgroundExecView, type ProcessKillView, type ProcessListView, type ProcessOutputLine, type ProcessView } from '../protocol/processes.js';
+import { decodeProcessLine, type ProcessOutputLine } from '../protocol/process-lines.js';
+import type { BackgroundExecView, ProcessKillView, ProcessListView, ProcessView } from '../protocol/processes.js';
 import type { ExecBody } from '../protocol/types.js';
 import type { ExecOptions, ExecResult } from './exec.js';
 import type { Transport } from './http.js';

@@ -34,7 +34,7 @@ export async function drain(src: AsyncIterable<ProcessOutputEvent>, from = { std
   return { stdout: Buffer.concat(got.stdout), stderr: Buffer.concat(got.stderr), exit, first, next };
 }
 
-export function processConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number; oneCase?: boolean } = {}): void {
+export function processConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number } = {}): void {
   const T = opts.timeoutMs ?? 60_000;
   describe(`driver conformance (background processes, rename): ${name}`, () => {
     let t: ConformanceTarget;
@@ -47,7 +47,6 @@ export function processConformance(name: string, make: () => Promise<Conformance
       made.push(s.sandboxId);
       return s.sandboxId;
     };
-    const caseIf = (on: boolean) => (on ? it : it.skip);
 
     beforeAll(async () => {
       t = await make();
@@ -109,7 +108,7 @@ export function processConformance(name: string, make: () => Promise<Conformance
       expect((await drain(await d.processOutput(b.sandboxId, 'exe_one'))).stdout.toString()).toBe('hello\ndone\n');
     }, T * 2);
 
-    caseIf(!opts.oneCase)('keeps the last 1 MiB of each stream: the ring wraps, offsets keep counting', async () => {
+    it('keeps the last 1 MiB of each stream: the ring wraps, offsets keep counting', async () => {
       const id = await start('ring');
       const big = randomBytes(3 * (1 << 20) + 12345);
       await d.writeFile(id, '/tmp/big', once(big));
@@ -131,7 +130,7 @@ export function processConformance(name: string, make: () => Promise<Conformance
       expect((await d.listProcesses(id))[0]).toMatchObject({ stdoutBytes: big.length, stderrBytes: big.length });
     }, T);
 
-    caseIf(!opts.oneCase)('follows from an offset across a detach: nothing lost or repeated, and detaching never stops the command', async () => {
+    it('follows from an offset across a detach: nothing lost or repeated, and detaching never stops the command', async () => {
       const id = await start('follow');
       const parts = [randomBytes(200_000), randomBytes(150_000), randomBytes(100_000)];
       for (const [i, p] of parts.entries()) await d.writeFile(id, `/tmp/p${i}`, once(p));
@@ -160,7 +159,7 @@ export function processConformance(name: string, make: () => Promise<Conformance
       expect(Buffer.concat(got).equals(Buffer.concat(parts))).toBe(true);
     }, T);
 
-    caseIf(!opts.oneCase)('kills by signal; unknown execIds are not_found', async () => {
+    it('kills by signal; unknown execIds are not_found', async () => {
       const id = await start('kill');
       await d.startProcess(id, 'exe_k', { argv: ['sleep', '30'] });
       expect(await d.killProcess(id, 'exe_k', { signalNumber: 15 })).toBe(true);
@@ -172,7 +171,7 @@ export function processConformance(name: string, make: () => Promise<Conformance
       await expect(d.startProcess(id, 'exe_in', { argv: ['cat'], stdin: true })).rejects.toMatchObject({ code: 'invalid_argument' });
     }, T);
 
-    caseIf(!opts.oneCase)('watches a tree: creates, moves and deletes below it, new directories included', async () => {
+    it('watches a tree: creates, moves and deletes below it, new directories included', async () => {
       const id = await start('watch');
       await d.mkdir(id, '/w', { parents: true });
       await expect(d.watchFiles(id, '/missing')).rejects.toMatchObject({ code: 'not_found' });
@@ -209,7 +208,7 @@ export function processConformance(name: string, make: () => Promise<Conformance
       await reading;
     }, T);
 
-    caseIf(!opts.oneCase)('renames files and directories atomically; refuses what rename(2) refuses', async () => {
+    it('renames files and directories atomically; refuses what rename(2) refuses', async () => {
       const id = await start('mv');
       await d.mkdir(id, '/w/a', { parents: true });
       await d.writeFile(id, '/w/a/f', once(Buffer.from('x')));

@@ -24,7 +24,6 @@ if (skipReason('QEMU conformance', missing)) {
     };
   };
   driverConformance('qemu', target, { timeoutMs: 120_000 });
-  // TCG is slow: one case (start, list, replay, follow, exit, checkpoint/restore mid-run) is enough here.
-  processConformance('qemu', target, { timeoutMs: 120_000, oneCase: true });
+  processConformance('qemu', target, { timeoutMs: 120_000 });
 }
 
