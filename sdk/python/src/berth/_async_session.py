@@ -292,6 +292,19 @@ class AsyncSession:
         request_timeout: Timeout = None,
     ) -> AsyncExecution: ...
 
+    @overload
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: bool,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: AsyncBytesSource | bool | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> AsyncExecution | AsyncBackgroundProcess: ...
+
     async def exec(
         self,
         argv: Sequence[str],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Literal, overload, Generator, Iterator, List, Mapping, Sequence
+from typing import Any, Generator, Iterator, List, Literal, Mapping, Sequence, overload
 
 from . import _requests as R
 from ._errors import BerthError, ConnectionError, InvalidArgumentError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
@@ -320,6 +320,19 @@ class Session:
         stdin: BytesSource | bool | None = None,
         request_timeout: Timeout = None,
     ) -> Execution: ...
+
+    @overload
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: bool,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: BytesSource | bool | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> Execution | BackgroundProcess: ...
 
     def exec(
         self,
