@@ -49,6 +49,10 @@ from ._models import (
     Plan,
     Policy,
     Principal,
+    ProcessExit,
+    ProcessInfo,
+    ProcessKill,
+    ProcessOutput,
     RunResult,
     SessionInfo,
     SessionSettings,
@@ -60,13 +64,19 @@ from ._models import (
     ToolDefinition,
 )
 from ._options import DEFAULT, DEFAULT_TIMEOUT, DEFAULT_URL, EnvResolution, resolve_env
+from ._processes import AsyncBackgroundProcess, AsyncProcesses, BackgroundProcess, ProcessEvent, Processes
 from ._session import Execution, Files, Session
 from ._streams import AsyncBytesSource, BytesSource
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncBackgroundProcess",
     "AsyncBerth",
+    "AsyncProcesses",
+    "BackgroundProcess",
+    "Processes",
+    "ProcessEvent",
     "AsyncExecution",
     "AsyncFiles",
     "AsyncSession",
@@ -108,6 +118,10 @@ __all__ = [
     "Plan",
     "Policy",
     "Principal",
+    "ProcessExit",
+    "ProcessInfo",
+    "ProcessKill",
+    "ProcessOutput",
     "RunResult",
     "SessionInfo",
     "SessionSettings",

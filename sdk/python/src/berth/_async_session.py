@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncGenerator, AsyncIterator, List, Mapping, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, List, Literal, Mapping, Sequence, overload
 
 from . import _requests as R
-from ._errors import BerthError, ConnectionError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
+from ._errors import BerthError, ConnectionError, InvalidArgumentError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
 from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunResult, SessionInfo, SessionState, Snapshot, StdinWrite, b64decode
 from ._options import DEFAULT, Timeout
+from ._processes import AsyncBackgroundProcess, AsyncProcesses
 from ._session import MAX_OUTPUT_BYTES, MAX_READ_BYTES
 from ._streams import AsyncBytesSource, async_body, decode_line
 from ._transport import AsyncTransport, map_exception, seg
@@ -230,6 +231,8 @@ class AsyncSession:
         self.id = self.info.id
         self.agent_token: str | None = view.get("agentToken")
         self.files = AsyncFiles(t, self.id)
+        #: The session's background commands (``exec(argv, background=True)`` starts one).
+        self.processes = AsyncProcesses(t, self.id)
 
     def __repr__(self) -> str:
         return f"AsyncSession(id={self.id!r}, state={self.state!r})"
@@ -264,18 +267,62 @@ class AsyncSession:
         await self._t.call(R.terminate(self.id), timeout)
         self.info = SessionInfo.from_wire({**self.info.raw, "state": "terminated"})
 
+    @overload
     async def exec(
         self,
         argv: Sequence[str],
         *,
+        background: Literal[True],
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> AsyncBackgroundProcess: ...
+
+    @overload
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: Literal[False] = False,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         stdin: AsyncBytesSource | bool | None = None,
         request_timeout: Timeout = None,
-    ) -> AsyncExecution:
+    ) -> AsyncExecution: ...
+
+    @overload
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: bool,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: AsyncBytesSource | bool | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> AsyncExecution | AsyncBackgroundProcess: ...
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: bool = False,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: AsyncBytesSource | bool | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> AsyncExecution | AsyncBackgroundProcess:
         """As :meth:`berth.Session.exec`."""
-        return await AsyncExecution.start(self._t, self.id, argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin, request_timeout=request_timeout)
+        if background:
+            if stdin is not None and stdin is not False:
+                raise InvalidArgumentError("stdin: a background command has no stdin", details={"field": "stdin"})
+            exec_id, pid = await self._t.call(R.start_background(self.id, argv, cwd, env, timeout), request_timeout)
+            return AsyncBackgroundProcess(self._t, self.id, exec_id, pid)
+        return await AsyncExecution.start(self._t, self.id, argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin, request_timeout=None if request_timeout is DEFAULT else request_timeout)
 
     async def run(
         self,

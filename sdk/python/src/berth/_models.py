@@ -317,6 +317,69 @@ class KillResult:
 
 
 @dataclass(frozen=True)
+class ProcessInfo:
+    """A background command's record (``processes.list``, ``BackgroundProcess.info``)."""
+
+    exec_id: str
+    #: The pid inside the sandbox.
+    pid: int
+    argv: list[str]
+    state: Literal["running", "exited"]
+    #: None while running.
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    #: The sandbox's clock.
+    started_at: datetime
+    ended_at: datetime | None
+    #: Bytes written to each stream since the start (the sandbox keeps the last 1 MiB of each).
+    stdout_bytes: int
+    stderr_bytes: int
+    raw: dict[str, Any] = _raw()
+
+    @classmethod
+    def from_wire(cls, o: _Obj) -> ProcessInfo:
+        return cls(
+            exec_id=o["execId"],
+            pid=o["pid"],
+            argv=list(o["argv"]),
+            state=o["state"],
+            exit_code=o.get("exitCode"),
+            signal=o.get("signal"),
+            timed_out=bool(o.get("timedOut")),
+            started_at=_time(o["startedAt"]),
+            ended_at=parse_time(o.get("endedAt")),
+            stdout_bytes=o["stdoutBytes"],
+            stderr_bytes=o["stderrBytes"],
+            raw=dict(o),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessOutput(ExecEvent):
+    """A chunk of a background command's output: ``offset`` is the stream offset of ``data[0]``;
+    ``output(offset=cursor)`` continues right after it."""
+
+    offset: int = 0
+    cursor: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessExit(ExecResult):
+    """The last event of a background command's output: how it ended."""
+
+    type: Literal["exit"] = "exit"
+
+
+@dataclass(frozen=True)
+class ProcessKill:
+    exec_id: str
+    signal: int
+    #: False when the command had already ended (nothing was signalled).
+    signalled: bool
+
+
+@dataclass(frozen=True)
 class StdinWrite:
     #: Bytes this request wrote to the command's stdin.
     bytes: int

@@ -19,6 +19,8 @@ from ._models import (
     KillResult,
     Plan,
     Policy,
+    ProcessInfo,
+    ProcessKill,
     Snapshot,
     Tenant,
     Tool,
@@ -137,6 +139,45 @@ def kill(session_id: str, exec_id: str, signal: int | str | None) -> Req[KillRes
         lambda o: KillResult(exec_id=o["execId"], signal=o["signal"]),
         json=_drop_none({"signal": signal}),
     )
+
+
+# ---- background processes ----
+
+
+def start_background(session_id: str, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None, timeout: float | None) -> Req[tuple[str, int]]:
+    body = exec_body(argv, cwd, env, timeout, False)
+    del body["stdin"]  # a background command has none (/dev/null)
+    body["background"] = True
+    return Req("POST", f"{_ses(session_id)}/exec", lambda o: (o["execId"], o["pid"]), json=body)
+
+
+def process_path(session_id: str, exec_id: str) -> str:
+    return f"{_ses(session_id)}/processes/{seg(exec_id)}"
+
+
+def list_processes(session_id: str) -> Req[list[ProcessInfo]]:
+    return Req("GET", f"{_ses(session_id)}/processes", lambda o: [ProcessInfo.from_wire(p) for p in o["processes"]])
+
+
+def get_process(session_id: str, exec_id: str) -> Req[ProcessInfo]:
+    return Req("GET", process_path(session_id, exec_id), ProcessInfo.from_wire)
+
+
+def kill_process(session_id: str, exec_id: str, signal: int | str | None) -> Req[ProcessKill]:
+    return Req(
+        "POST",
+        f"{process_path(session_id, exec_id)}/kill",
+        lambda o: ProcessKill(exec_id=o["execId"], signal=o["signal"], signalled=o["signalled"]),
+        json=_drop_none({"signal": signal}),
+    )
+
+
+def output_query(follow: bool, offset: str | int | None) -> dict[str, object]:
+    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, (str, int))):
+        from ._errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"offset: must be a byte offset N or a cursor 'N,M', got {offset!r}", details={"field": "offset"})
+    return {"follow": True if follow else None, "offset": None if offset is None else str(offset)}
 
 
 def files_path(session_id: str) -> str:

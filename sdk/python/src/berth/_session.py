@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Generator, Iterator, List, Mapping, Sequence
+from typing import Any, Generator, Iterator, List, Literal, Mapping, Sequence, overload
 
 from . import _requests as R
-from ._errors import BerthError, ConnectionError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
+from ._errors import BerthError, ConnectionError, InvalidArgumentError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
 from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunResult, SessionInfo, SessionState, Snapshot, StdinWrite, b64decode
 from ._options import DEFAULT, Timeout
+from ._processes import BackgroundProcess, Processes
 from ._streams import BytesSource, decode_line, sync_body
 from ._transport import SyncTransport, map_exception, seg
 
@@ -255,6 +256,8 @@ class Session:
         #: The agent token: set only on handles returned by create and fork (the server shows it once).
         self.agent_token: str | None = view.get("agentToken")
         self.files = Files(t, self.id)
+        #: The session's background commands (``exec(argv, background=True)`` starts one).
+        self.processes = Processes(t, self.id)
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, state={self.state!r})"
@@ -293,23 +296,71 @@ class Session:
         self._t.call(R.terminate(self.id), timeout)
         self.info = SessionInfo.from_wire({**self.info.raw, "state": "terminated"})
 
+    @overload
     def exec(
         self,
         argv: Sequence[str],
         *,
+        background: Literal[True],
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> BackgroundProcess: ...
+
+    @overload
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: Literal[False] = False,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         stdin: BytesSource | bool | None = None,
         request_timeout: Timeout = None,
-    ) -> Execution:
+    ) -> Execution: ...
+
+    @overload
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: bool,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: BytesSource | bool | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> Execution | BackgroundProcess: ...
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        background: bool = False,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: BytesSource | bool | None = None,
+        request_timeout: Timeout = DEFAULT,
+    ) -> Execution | BackgroundProcess:
         """Starts a command and returns once it runs.
 
         ``timeout``: seconds after which the server kills the command (``timed_out`` in the result);
         None = no limit. ``stdin``: data fed to the command then closed, or True for a pipe written with
         ``write_stdin``; None = /dev/null. ``request_timeout``: seconds the stream may go without a line
-        (the server sends a ping every 15 s, so anything above that detects a dead connection); None."""
-        return Execution.start(self._t, self.id, argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin, request_timeout=request_timeout)
+        (the server sends a ping every 15 s, so anything above that detects a dead connection); None.
+
+        ``background=True``: the command runs on its own (no stdin) and a :class:`BackgroundProcess`
+        (``exec_id``, ``pid``) is returned at once; ``request_timeout`` then bounds that call (default: the
+        client's timeout)."""
+        if background:
+            if stdin is not None and stdin is not False:
+                raise InvalidArgumentError("stdin: a background command has no stdin", details={"field": "stdin"})
+            exec_id, pid = self._t.call(R.start_background(self.id, argv, cwd, env, timeout), request_timeout)
+            return BackgroundProcess(self._t, self.id, exec_id, pid)
+        return Execution.start(self._t, self.id, argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin, request_timeout=None if request_timeout is DEFAULT else request_timeout)
 
     def run(
         self,

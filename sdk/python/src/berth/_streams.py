@@ -110,3 +110,22 @@ def decode_line(text: str) -> dict[str, Any]:
     if not ok:
         raise BerthError(f"unexpected exec stream line: {text[:200]}", code="internal")
     return o  # type: ignore[no-any-return]
+
+
+def decode_process_line(text: str) -> dict[str, Any]:
+    """One line of a background command's output stream, checked like :func:`decode_line`."""
+    try:
+        o = json.loads(text)
+    except ValueError:
+        raise BerthError("malformed process output line (not JSON)", code="internal") from None
+    t = o.get("type") if isinstance(o, dict) else None
+    ok = (
+        (t in ("stdout", "stderr") and isinstance(o.get("data"), str) and isinstance(o.get("offset"), int) and isinstance(o.get("cursor"), str))
+        or (t == "exit" and isinstance(o.get("code"), int))
+        or (t == "end" and isinstance(o.get("cursor"), str))
+        or (t == "error" and isinstance(o.get("error"), dict))
+        or t == "ping"
+    )
+    if not ok:
+        raise BerthError(f"unexpected process output line: {text[:200]}", code="internal")
+    return o  # type: ignore[no-any-return]
