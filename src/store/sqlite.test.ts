@@ -3,9 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { newId, newMachineId } from '../core/ids.js';
-import { emptyMetering } from '../core/records.js';
-import type { SessionRecord, SnapshotGateRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
+import { newId } from '../core/ids.js';
+import type { SessionRecord, SnapshotGateRecord } from '../core/records.js';
+import { session, snapshot, tenant } from '../../test/helpers/records.js';
 import { openSqliteStore, type SqliteStore } from './sqlite.js';
 
 let dir: string;
@@ -27,49 +27,6 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function session(over: Partial<SessionRecord> = {}): SessionRecord {
-  const id = newId('session');
-  return {
-    id,
-    tenantId: 'ten_a',
-    backend: 'gvisor',
-    state: 'running',
-    objective: 'fix the build',
-    settings: { memoryMb: 512, cpus: 1, idleTimeoutS: 0, env: { PATH: '/usr/bin', 'WEIRD KEY': 'ü "quoted"\n' } },
-    metadata: { ticket: 'BER-1' },
-    sandboxId: `sbx-${id}`,
-    identity: { hostname: 'h1', machineId: newMachineId(), generation: 3, reason: 'wake' },
-    hibernationSnapshotId: null,
-    parentSnapshotId: null,
-    failureReason: null,
-    agentTokenHash: 'a'.repeat(64),
-    createdAt: 1_700_000_000_000,
-    updatedAt: 1_700_000_000_500,
-    stateSince: 1_700_000_000_400,
-    lastActivityAt: 1_700_000_000_450,
-    metering: { ...emptyMetering(), cpuSeconds: 1.25, stateSeconds: { creating: 0.5, running: 12.75 } },
-    ...over,
-  };
-}
-
-function snapshot(over: Partial<SnapshotRecord> = {}): SnapshotRecord {
-  return {
-    id: newId('snapshot'),
-    tenantId: 'ten_a',
-    sessionId: 'ses_x',
-    kind: 'named',
-    name: 'before-migration',
-    backend: 'qemu',
-    settings: { memoryMb: 1024, cpus: 2, idleTimeoutS: 60, env: {} },
-    sizeBytes: 123_456_789,
-    createdAt: 1_700_000_000_000,
-    ...over,
-  };
-}
-
-function tenant(over: Partial<TenantRecord> = {}): TenantRecord {
-  return { id: newId('tenant'), name: 'acme', apiKeyHash: newMachineId() + newMachineId(), createdAt: 1_700_000_000_000, ...over };
-}
 
 describe('opening', () => {
   it('uses WAL on a file database', async () => {
