@@ -32,6 +32,9 @@ const DEBIAN = {
   'postgresql-15': 'PostgreSQL, the second store (berth serve --database postgres://…; its tests start a private cluster)',
   zsh: 'tests of `berth completion zsh`',
   fish: 'tests of `berth completion fish`',
+  tmux: 'a real terminal for the tests of `berth shell` and other interactive verbs',
+  chromium: 'a real browser for the console tests (Playwright drives it through playwright-core)',
+  git: 'egress tests (git over HTTPS through the gate) and the toolbox checks',
 };
 
 function run(cmd, args, opts = {}) {
