@@ -23,13 +23,13 @@ import type {
 } from '../../core/sandbox.js';
 import { AgentExecHandle } from './exec-handle.js';
 import { OutputRoute, TAG_RE, V_J, WatchRoute, parseJob } from './processes.js';
+import { ReadRoute } from './stream-route.js';
 import {
   AGENT_PROTOCOL_VERSION,
   CHUNK,
   MAX_LINE,
   MAX_LIST_ENTRIES,
   LineSplitter,
-  ReadRoute,
   ReplyRoute,
   SP,
   V,
@@ -402,7 +402,7 @@ export class AgentChannel {
     checkPath(path);
     const line = (id: number) => `Y ${id} ${enc(path)} ${opts.recursive ? 1 : 0}\n`;
     const route = await this.openStream((id) => new WatchRoute({ id, path, link: this.link, signal: opts.signal }), line, opts.signal);
-    return { [Symbol.asyncIterator]: () => route.iterate() };
+    return route.iterable();
   }
 
   // ---- machine ----

@@ -3,9 +3,10 @@
  * records, the route that streams a process's rings (`O`) with read credit like a file read, and the route
  * of a file system watch (`Y`).
  */
-import { AppError, InvalidStateError, NotFoundError, SandboxError } from '../../core/errors.js';
+import { AppError, NotFoundError, SandboxError } from '../../core/errors.js';
 import type { ExecExit, ProcessInfo, ProcessOutputEvent, WatchEvent } from '../../core/sandbox.js';
-import { GRANT_BATCH, V, dec, deferred, failure, num, raceAbort, type Link, type Route } from './wire.js';
+import { StreamRoute } from './stream-route.js';
+import { V, dec, deferred, failure, num, type Link } from './wire.js';
 
 /** Bytes of each stream the agent keeps per background process (RING_MAX in agent.h). */
 export const RING_BYTES = 1 << 20;
@@ -38,99 +39,37 @@ export function parseJob(f: string[]): ProcessInfo {
 }
 
 /** `O`: the record first (so an unknown execId fails before any data), then o/e lines with offsets, [x], r. */
-export class OutputRoute implements Route {
+export class OutputRoute extends StreamRoute<ProcessOutputEvent> {
   readonly opened = deferred<ProcessInfo>();
-  private events: ProcessOutputEvent[] = [];
-  private consumed = 0;
-  private done = false;
-  private error: AppError | null = null;
-  private wake: (() => void) | null = null;
-  private claimed = false;
 
-  constructor(private readonly o: { id: number; execId: string; link: Link; signal?: AbortSignal }) {}
+  constructor(private readonly o: { id: number; execId: string; link: Link; signal?: AbortSignal }) {
+    super({ id: o.id, link: o.link, signal: o.signal, what: 'a process output stream', credit: true });
+  }
 
   onLine(verb: number, rest: Buffer): void {
     if (this.done) return;
     const f = rest.toString('latin1').split(' ');
     if (verb === V_J) {
       this.opened.resolve(parseJob(f));
-      return;
-    }
-    if (verb === V.o || verb === V.e) {
+    } else if (verb === V.o || verb === V.e) {
       if (!this.opened.settled) throw new SandboxError('output before the process record');
-      this.events.push({ type: verb === V.o ? 'stdout' : 'stderr', offset: num(f[0]), data: dec(f[1]) });
+      this.push({ type: verb === V.o ? 'stdout' : 'stderr', offset: num(f[0]), data: dec(f[1]) });
     } else if (verb === V.x) {
-      this.events.push({ type: 'exit', exit: { code: num(f[0]), signal: num(f[1]) || null, timedOut: f[2] === '1' } });
+      this.push({ type: 'exit', exit: { code: num(f[0]), signal: num(f[1]) || null, timedOut: f[2] === '1' } });
     } else if (verb === V.r) {
-      if (f[0] !== '0') {
-        const e = failure(f);
-        this.error = e.code === 'not_found' || (e.details as { errno?: string } | undefined)?.errno === 'ESRCH'
-          ? new NotFoundError('process', this.o.execId)
-          : e;
-        this.opened.reject(this.error);
-      }
-      this.done = true;
-      this.o.link.release(this.o.id);
-    } else {
-      return;
+      if (f[0] === '0') return this.end();
+      const e = failure(f);
+      this.end(e.code === 'not_found' || (e.details as { errno?: string } | undefined)?.errno === 'ESRCH' ? new NotFoundError('process', this.o.execId) : e);
     }
-    this.wake?.();
   }
 
-  onFail(err: AppError): void {
-    this.error ??= err;
-    this.done = true;
+  /** The exit line is not sent against credit. */
+  protected override costs(ev: ProcessOutputEvent): boolean {
+    return ev.type !== 'exit';
+  }
+
+  protected failOpen(err: AppError): void {
     this.opened.reject(err);
-    this.wake?.();
-  }
-
-  /** Stops reading (the agent forgets this reader; the process is untouched). */
-  cancel(): void {
-    if (this.done) return;
-    this.done = true;
-    this.events = [];
-    this.o.link.release(this.o.id);
-    try {
-      this.o.link.send(`A ${this.o.id}\n`);
-    } catch {
-      // the channel is gone, and the reader with it
-    }
-  }
-
-  iterable(): AsyncIterable<ProcessOutputEvent> {
-    return {
-      [Symbol.asyncIterator]: () => {
-        if (this.claimed) throw new InvalidStateError('a process output stream can be consumed only once');
-        this.claimed = true;
-        return this.iterate();
-      },
-    };
-  }
-
-  private async *iterate(): AsyncGenerator<ProcessOutputEvent> {
-    let finished = false;
-    try {
-      for (;;) {
-        const ev = this.events.shift();
-        if (ev) {
-          if (ev.type !== 'exit' && !this.done && ++this.consumed >= GRANT_BATCH) {
-            this.o.link.send(`G ${this.o.id} ${this.consumed}\n`);
-            this.consumed = 0;
-          }
-          yield ev;
-          continue;
-        }
-        if (this.error) throw this.error;
-        if (this.done) {
-          finished = true;
-          return;
-        }
-        await raceAbort(new Promise<void>((r) => (this.wake = r)), this.o.signal);
-        this.wake = null;
-      }
-    } finally {
-      if (!finished) this.cancel();
-    }
   }
 }
 
@@ -142,15 +81,13 @@ export const WATCH_QUEUE_MAX = 10_000;
 const WATCH_EVENTS = new Set(['create', 'modify', 'delete', 'move_from', 'move_to', 'attrib', 'overflow']);
 
 /** `Y`: `w <id> ready 0 <path>` first, then `w <id> <event> <isDir> <path>` lines until `A`. */
-export class WatchRoute implements Route {
+export class WatchRoute extends StreamRoute<WatchEvent> {
   readonly opened = deferred<void>();
-  private events: WatchEvent[] = [];
-  private done = false;
   private overflowed = false;
-  private error: AppError | null = null;
-  private wake: (() => void) | null = null;
 
-  constructor(private readonly o: { id: number; path: string; link: Link; signal?: AbortSignal }) {}
+  constructor(private readonly o: { id: number; path: string; link: Link; signal?: AbortSignal }) {
+    super({ id: o.id, link: o.link, signal: o.signal, what: 'a watch', credit: false });
+  }
 
   onLine(verb: number, rest: Buffer): void {
     if (this.done) return;
@@ -158,57 +95,19 @@ export class WatchRoute implements Route {
     if (verb === V_W) {
       if (f[0] === 'ready') return this.opened.resolve();
       if (!WATCH_EVENTS.has(f[0] ?? '') || (f[1] !== '0' && f[1] !== '1')) throw new SandboxError('malformed watch event from the agent');
-      if (this.events.length >= WATCH_QUEUE_MAX) {
-        if (!this.overflowed) this.events.push({ type: 'overflow', path: '', isDir: false });
+      if (this.queued >= WATCH_QUEUE_MAX) {
+        if (!this.overflowed) this.push({ type: 'overflow', path: '', isDir: false });
         this.overflowed = true;
       } else {
         this.overflowed = false;
-        this.events.push({ type: f[0] as WatchEvent['type'], isDir: f[1] === '1', path: dec(f[2]).toString('utf8') });
+        this.push({ type: f[0] as WatchEvent['type'], isDir: f[1] === '1', path: dec(f[2]).toString('utf8') });
       }
     } else if (verb === V.r) {
-      if (f[0] !== '0') this.error = failure(f, this.o.path);
-      this.done = true;
-      this.o.link.release(this.o.id);
-      if (this.error) this.opened.reject(this.error);
-    } else {
-      return;
+      this.end(f[0] !== '0' ? failure(f, this.o.path) : null);
     }
-    this.wake?.();
   }
 
-  onFail(err: AppError): void {
-    this.error ??= err;
-    this.done = true;
+  protected failOpen(err: AppError): void {
     this.opened.reject(err);
-    this.wake?.();
-  }
-
-  cancel(): void {
-    if (this.done) return;
-    this.done = true;
-    this.o.link.release(this.o.id);
-    try {
-      this.o.link.send(`A ${this.o.id}\n`);
-    } catch {
-      // the channel is gone, and the watch with it
-    }
-  }
-
-  async *iterate(): AsyncGenerator<WatchEvent> {
-    try {
-      for (;;) {
-        const ev = this.events.shift();
-        if (ev) {
-          yield ev;
-          continue;
-        }
-        if (this.error) throw this.error;
-        if (this.done) return;
-        await raceAbort(new Promise<void>((r) => (this.wake = r)), this.o.signal);
-        this.wake = null;
-      }
-    } finally {
-      this.cancel();
-    }
   }
 }
