@@ -113,7 +113,7 @@ export async function benchGate(): Promise<GateRow[]> {
   });
   // Inside the repeatable first step; evaluate does not change it, so every iteration sees the same state.
   const planAt = (cursor: number): { plan: Plan; state: PlanState } => ({ plan, state: { cursor, consumed: cursor > 0 ? { inspect: 1 } : {} } });
-  const settings = resolveBreakerSettings({ maxCallsPerMinute: 100000 });
+  const settings = resolveBreakerSettings({ perMinute: 100000 });
   const base = (tool: string, args: Record<string, unknown>, over: Partial<EvaluateInput> = {}): EvaluateInput => ({
     toolName: tool,
     tool: builtinTool(tool),

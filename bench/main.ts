@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --json] [-- --quick] [-- --only gate,audit,gvisor,qemu,checkpoint]`: raw engines and Berth
+ * `npm run bench [-- --json] [-- --quick] [-- --only gate,audit,egress,gvisor,qemu,checkpoint,ports,templates,terminals]`: raw engines and Berth
  * side by side in one run (the default is gate,audit,gvisor,qemu; checkpoint compares runsc's checkpoint flags). Prints a table; with --json the last line is `{"results":[…]}`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -8,6 +8,8 @@ import { dirname, join } from 'node:path';
 import { createApp } from '../src/server/app.js';
 import { createBerth, packageRoot } from '../src/server/compose.js';
 import { startServer } from '../src/server/serve.js';
+import { silentLogger } from '../src/server/log.js';
+import { upgradeHandlers } from '../src/server/upgrades.js';
 import { ensureRootfs } from '../src/drivers/image/rootfs.js';
 import { Berth } from '../src/sdk/index.js';
 import { benchAudit } from './audit.js';
@@ -18,7 +20,7 @@ import { printTable, row, type Row } from './stats.js';
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   if (args.includes('--help')) {
-    console.log('npm run bench [-- --json] [-- --quick] [-- --only gate,gvisor,qemu,checkpoint]\n' +
+    console.log('npm run bench [-- --json] [-- --quick] [-- --only gate,egress,gvisor,qemu,checkpoint]\n' +
       '  --json    end with one JSON line {"results":[…]}\n  --quick   fewer samples\n' +
       '  --only    sections, comma-separated (default gate,gvisor,qemu); checkpoint: runsc checkpoint flags vs none');
     return;
@@ -26,7 +28,7 @@ async function main(): Promise<void> {
   const json = args.includes('--json');
   const quick = args.includes('--quick');
   const onlyArg = args.find((a) => a.startsWith('--only='))?.slice(7) ?? (args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined);
-  const only = new Set((onlyArg ?? 'gate,audit,gvisor,qemu').split(','));
+  const only = new Set((onlyArg ?? 'gate,audit,egress,gvisor,templates,qemu').split(','));
   const log = (s: string) => console.error(`[bench] ${s}`);
   const root = packageRoot();
   const cacheDir = join(root, '.berth', 'images');
@@ -40,6 +42,11 @@ async function main(): Promise<void> {
     }
   }
 
+  if (only.has('egress')) {
+    log('egress: connection setup through the gate and download through the proxy, vs direct');
+    rows.push(...(await (await import('./egress.js')).benchEgress({ quick, log })));
+  }
+
   if (only.has('checkpoint')) {
     const { benchCheckpointFlags } = await import('./gvisor-checkpoint.js');
     const rootfs = await ensureRootfs({ cacheDir });
@@ -51,17 +58,41 @@ async function main(): Promise<void> {
     rows.push(...(await benchAudit({ log })));
   }
 
-  if (only.has('gvisor') || only.has('qemu')) {
+  if (only.has('ports')) {
+    // Ports (issue 9 §3): their own server, with the upgrade handler the tunnel needs.
+    const { benchPorts } = await import('./ports.js');
+    const dataDir = await mkdtemp(join(tmpdir(), 'berth-bench-ports-'));
+    const side = await createBerth({ dataDir, imageCacheDir: cacheDir, backends: ['gvisor'], idleSweepMs: 0, log });
+    const http = await startServer({ app: createApp({ engine: side.engine }), port: 0, upgrades: { handlers: upgradeHandlers(side.engine, silentLogger) } });
+    try {
+      rows.push(...(await benchPorts({ berth: new Berth({ url: http.url, token: side.rootKey }), token: side.rootKey, quick, log })));
+    } finally {
+      await http.close();
+      await side.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  if (only.has('gvisor') || only.has('qemu') || only.has('templates') || only.has('terminals')) {
     const dataDir = await mkdtemp(join(tmpdir(), 'berth-bench-'));
-    const backends = [...(only.has('gvisor') ? ['gvisor' as const] : []), ...(only.has('qemu') ? ['qemu' as const] : [])];
+    const backends = [...(only.has('gvisor') || only.has('templates') || only.has('terminals') ? ['gvisor' as const] : []), ...(only.has('qemu') ? ['qemu' as const] : [])];
     const side = await createBerth({ dataDir, imageCacheDir: cacheDir, backends, idleSweepMs: 0, log });
-    const http = await startServer({ app: createApp({ engine: side.engine }), port: 0 });
+    const http = await startServer({ app: createApp({ engine: side.engine }), port: 0, upgrades: { handlers: upgradeHandlers(side.engine, silentLogger) } });
     const berth = new Berth({ url: http.url, token: side.rootKey });
     try {
       if (only.has('gvisor') && side.engine.health().backends.gvisor?.available) {
         const rootfs = await ensureRootfs({ cacheDir });
         rows.push(...(await benchGvisor({ berth, rootfs, agentDir: dirname(join(root, 'dist', 'agent', 'berth-agent')), quick, snapshotsDir: join(dataDir, 'snapshots'), log })));
         rows.push(...(await (await import('./processes.js')).benchProcesses({ berth, quick, log })));
+      }
+      // templates (issue 8 §4): create from a template vs a raw runsc restore of the same image
+      if (only.has('templates') && side.engine.health().backends.gvisor?.available) {
+        const { benchTemplates } = await import('./templates.js');
+        rows.push(...(await benchTemplates({ berth, snapshotsDir: join(dataDir, 'snapshots'), quick, log })));
+      }
+      // terminals (issue 9 §2): keystroke echo through the WebSocket vs runsc exec cat
+      if ((only.has('gvisor') || only.has('terminals')) && side.engine.health().backends.gvisor?.available) {
+        rows.push(...(await (await import('./terminals.js')).benchTerminals({ berth, dataDir, quick, log })));
       }
       if (only.has('qemu')) {
         const { benchQemuRows } = await import('./qemu.js');

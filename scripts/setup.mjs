@@ -9,7 +9,7 @@
 // it. This script may itself run on an older Node (the first `npm test` of a fresh clone): it only
 // bootstraps. Native modules are compiled against the pinned Node's headers (--nodedir), never fetched.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -156,6 +156,14 @@ function staleDependency() {
   });
 }
 if (!existsSync(stamp) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(stamp).mtimeMs) || staleDependency()) {
+  // A node_modules that is a link to another checkout's (a git worktree sharing its packages) is never
+  // reinstalled from here: `npm ci` empties the link's target, so one worktree's stale stamp (a merge that
+  // touched package-lock.json) wiped the packages of every checkout sharing them.
+  const nm = join(root, 'node_modules');
+  if (existsSync(nm) && lstatSync(nm).isSymbolicLink()) {
+    console.error(`[setup] ${nm} is a link to another checkout's packages and looks stale against package-lock.json; run the setup in that checkout, or replace the link with a directory of its own`);
+    process.exit(1);
+  }
   say('installing npm packages');
   // Scripts are run below, once the pinned Node is there, so nothing compiles against the wrong one.
   const args = existsSync(lock) ? ['ci', '--ignore-scripts', '--no-audit', '--no-fund'] : ['install', '--ignore-scripts', '--no-audit', '--no-fund'];

@@ -134,6 +134,18 @@ describe('the OpenAPI document', () => {
     const [branch] = await berth.snapshots.fork(snap.snapshotId, { count: 1 });
     await berth.snapshots.delete(snap.snapshotId);
 
+    // tenant quotas (issue 12 §3)
+    const tenantId = (await berth.tenants.list())[0]!.id;
+    await berth.tenants.get(tenantId);
+    await berth.tenants.setQuotas(tenantId, { maxSessions: 1000 });
+    // templates: the build stream (every line checked), list, show, a session from it, remove
+    await berth.templates.build('doc-tpl', { files: { '/tmp/doc.txt': 'doc' }, run: ['echo built'] });
+    await berth.templates.list();
+    await berth.templates.get('doc-tpl');
+    const fromTpl = await berth.sessions.create({ template: 'doc-tpl' });
+    await fromTpl.terminate();
+    await berth.templates.delete('doc-tpl');
+
     await berth.audit.query({ limit: 5 });
     await berth.audit.verify();
     await berth.audit.key();
@@ -146,6 +158,12 @@ describe('the OpenAPI document', () => {
     await berth.tools.list(s.id);
     await berth.tools.call(s.id, 'fs.read', { path: '/f.txt' });
     await raw(`/v1/sessions/${s.id}/calls`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ tool: 'fs.read', args: { path: '/nope' } }) });
+    // The SDK calls through POST /calls (it takes an Idempotency-Key); the by-name route stays.
+    await raw(`/v1/sessions/${s.id}/tools/fs.read/call`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ args: { path: '/f.txt' } }) });
+    // A replayed answer validates as the first did.
+    const replay = { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'openapi-replay' }, body: JSON.stringify({ name: 'replayed' }) };
+    await raw(`/v1/sessions/${s.id}/snapshots`, replay);
+    expect((await raw(`/v1/sessions/${s.id}/snapshots`, replay)).headers.get('idempotent-replayed')).toBe('true');
     await berth.tools.define({
       name: 'acme.echo',
       description: 'Echoes its arguments; irreversible for the test.',
@@ -174,6 +192,33 @@ describe('the OpenAPI document', () => {
     await berth.gate.set(s.id, { breaker: { failures: 5 } });
     await berth.gate.resetBreaker(s.id);
 
+    // The console's routes: control lease, policy validation, events, sign-in link and exchange, the page.
+    await berth.control.get(s.id);
+    await berth.control.take(s.id);
+    expect((await berth.tools.call(s.id, 'fs.read', { path: '/f.txt' })).decision).toBe('allow');
+    await berth.control.release(s.id);
+    expect((await berth.console.validatePolicy('permit (principal, action, resource) when { nonsense };')).ok).toBe(false);
+    const wl = await berth.console.createWatchLink(s.id, { ttlS: 600, label: 'openapi' });
+    expect((await berth.console.watchLinks(s.id)).map((l) => l.linkId)).toContain(wl.linkId);
+    const watchIn = await raw('/console/signin', { method: 'POST', headers: { 'content-type': 'application/json', 'x-berth-csrf': '1' }, body: JSON.stringify({ watch: wl.url.split('#watch=')[1] }) }, null);
+    expect(watchIn.status).toBe(200);
+    await watchIn.text();
+    expect((await berth.console.revokeWatchLink(s.id, wl.linkId)).state).toBe('revoked');
+    const link = await berth.console.link();
+    const code = link.url.split('#signin=')[1] as string;
+    const signin = await raw('/console/signin', { method: 'POST', headers: { 'content-type': 'application/json', 'x-berth-csrf': '1' }, body: JSON.stringify({ code }) }, null);
+    expect(signin.status).toBe(200);
+    const cookie = (signin.headers.get('set-cookie') ?? '').split(';')[0] as string;
+    expect((await raw('/v1/console/me', { headers: { cookie } }, null)).status).toBe(200);
+    expect((await raw('/v1/console/signout', { method: 'POST', headers: { cookie, 'x-berth-csrf': '1' } }, null)).status).toBe(200);
+    const ac = new AbortController();
+    const events = await raw('/v1/events', { signal: ac.signal });
+    expect(events.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    ac.abort();
+    const consolePage = await raw('/', {}, null);
+    const asset = /\/assets\/[A-Za-z0-9._-]+\.js/.exec(await consolePage.text())?.[0];
+    expect((await raw(asset ?? '/assets/missing.js', {}, null)).status).toBe(200);
+
     // MCP with the agent token: initialize, and the two verbs the stateless transport refuses.
     const mcp = `/v1/sessions/${s.id}/mcp`;
     const init = await raw(mcp, {
@@ -185,6 +230,25 @@ describe('the OpenAPI document', () => {
     await init.text();
     expect((await raw(mcp, {}, s.agentToken)).status).toBe(405);
     expect((await raw(mcp, { method: 'DELETE' }, s.agentToken)).status).toBe(405);
+
+    // Terminals, the JSON side (the WebSocket side: test/e2e/terminals.test.ts).
+    const terms = `/v1/sessions/${s.id}/terminals`;
+    const jsonInit = (body: unknown): RequestInit => ({ method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const tv = (await (await raw(terms, jsonInit({ cols: 80, rows: 24, command: ['sh', '-c', 'echo hi'] }))).json()) as { termId: string };
+    expect(tv.termId).toMatch(/^trm_/);
+    await (await raw(terms)).json();
+    await (await raw(`${terms}/${tv.termId}`)).json();
+    await (await raw(`${terms}/${tv.termId}/tickets`, { method: 'POST' })).json();
+    await (await raw(`${terms}/${tv.termId}/kill`, jsonInit({ signal: 9 }))).json();
+    await (await raw(`${terms}/${tv.termId}/recording`)).text();
+
+    // Port links through the SDK (the link's own traffic: test/port-links-http.test.ts, test/e2e/port-links.test.ts).
+    const made = await s.ports.link(8000, { ttlS: 120, label: 'docs' });
+    expect(made.url).toBe(`${url}${made.prefix}/`);
+    expect((await s.ports.links()).map((l) => [l.linkId, l.state])).toEqual([[made.linkId, 'active']]);
+    expect((await s.ports.revokeLink(made.linkId)).state).toBe('revoked');
+    const deadLink = await fetch(made.url);
+    expect([deadLink.status, ((await deadLink.json()) as { error: { code: string } }).error.code]).toEqual([404, 'not_found']);
 
     // Errors have the documented shape too.
     expect((await raw('/v1/sessions/ses_00000000000000000000')).status).toBe(404);

@@ -99,7 +99,9 @@ console.log(JSON.stringify({ code: r.code, stdout: r.stdout, stderr: r.stderr, t
     expect(code).not.toMatch(/\brequire\(/);
 
     // A context with the web platform's globals and nothing of Node's (no process, Buffer, require).
-    const web = { fetch, Request, Response, Headers, URL, URLSearchParams, TextEncoder, TextDecoder, ReadableStream, WritableStream, TransformStream, AbortController, AbortSignal, atob, btoa, setTimeout, clearTimeout, queueMicrotask, structuredClone, console, DOMException, Event, EventTarget };
+    const web = { fetch, Request, Response, Headers, URL, URLSearchParams, TextEncoder, TextDecoder, ReadableStream, WritableStream, TransformStream, AbortController, AbortSignal, atob, btoa, setTimeout, clearTimeout, queueMicrotask, structuredClone, console, DOMException, Event, EventTarget,
+      // Web Crypto as a page served over plain http has it: getRandomValues, no randomUUID (secure contexts only).
+      crypto: { getRandomValues: <T extends ArrayBufferView>(a: T) => globalThis.crypto.getRandomValues(a) } };
     const ctx: Record<string, unknown> = { ...web };
     ctx.globalThis = ctx;
     runInNewContext(code, ctx);

@@ -1,5 +1,5 @@
 import type { ApprovalStatus, ApprovalView } from '../sdk/index.js';
-import { UsageError, parseCommand, printJson, println, table, type VerbContext } from './common.js';
+import { parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
 function show(ctx: VerbContext, a: ApprovalView, json: boolean | undefined): void {
   if (json) printJson(ctx.io, a);

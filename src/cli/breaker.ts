@@ -1,4 +1,4 @@
-import { UsageError, parseCommand, printJson, println, type VerbContext } from './common.js';
+import { parseCommand, printJson, println, type VerbContext } from './common.js';
 
 
 /** `berth breaker reset ID`: closes a tripped breaker and resumes the session it paused. */

@@ -78,7 +78,7 @@ describe('berth session', () => {
     expect(r.code, r.stderr).toBe(0);
     const v = json(r);
     expect(v).toMatchObject({ id: expect.stringMatching(/^ses_/), state: 'running', backend: 'gvisor', objective: 'demo' });
-    expect(v.settings).toEqual({ memoryMb: 256, cpus: 0.5, idleTimeoutS: 60, env: { A: '1', B: 'x=y' } });
+    expect(v.settings).toEqual({ memoryMb: 256, cpus: 0.5, idleTimeoutS: 60, env: ['A', 'B'] });
     expect(v.agentToken).toMatch(/^bta_/);
   });
   it('list and show --json', async () => {
@@ -331,6 +331,21 @@ describe('tenant and audit', () => {
 });
 
 describe('environment and errors', () => {
+  it('watch-link create --ttl --label --json, list, revoke; a bad --ttl is a usage error', async () => {
+    const id = await newSession();
+    const c = await berth(['watch-link', 'create', id, '--ttl', '30m', '--label', 'reviewer', '--json']);
+    expect(c.code, c.stderr).toBe(0);
+    const link = json(c);
+    expect(link).toMatchObject({ linkId: expect.stringMatching(/^wlk_/), url: expect.stringMatching(/\/#watch=bwl_[A-Za-z0-9_-]{43}$/) });
+    expect(Date.parse(link.expiresAt) - Date.now()).toBeGreaterThan(29 * 60_000);
+    const list = await berth(['watch-link', 'list', id]);
+    expect(list.stdout.toString()).toMatch(new RegExp(`${link.linkId}\\s+active .*reviewer`));
+    expect((await berth(['watch-link', 'revoke', id, link.linkId])).stdout.toString()).toContain(`revoked ${link.linkId}`);
+    expect(json(await berth(['watch-link', 'list', id, '--json'])).links[0].state).toBe('revoked');
+    const bad = await berth(['watch-link', 'create', id, '--ttl', 'soon']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/--ttl/);
+  });
   it('falls back to $BERTH_DATA/root.key', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'berth-cli-'));
     writeFileSync(join(dir, 'root.key'), `${t.rootKey}\n`, { mode: 0o600 });
@@ -397,4 +412,35 @@ describe('environment and errors', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.toString()).toBe('via-bin\n');
   });
+});
+
+describe('berth port-link', () => {
+  it('prints a URL a browser opens with no token; list shows it; revoke ends it; bad input exits 2', async () => {
+    const id = await newSession();
+    const made = await berth(['port-link', id, '8000', '--ttl', '30m', '--label', 'docs']);
+    expect(made.code, made.stderr).toBe(0);
+    const url = made.stdout.toString().trim();
+    expect(url).toMatch(new RegExp(`^${server.url}/p/[A-Za-z0-9_-]{43}/$`));
+    const listed = await berth(['port-link', 'list', id, '--json']);
+    expect(listed.code, listed.stderr).toBe(0);
+    const [link] = json(listed).links;
+    expect(link).toMatchObject({ port: 8000, label: 'docs', state: 'active' });
+    expect(Date.parse(link.expiresAt) - Date.parse(link.createdAt)).toBe(30 * 60_000);
+    const revoked = await berth(['port-link', 'revoke', id, link.linkId]);
+    expect([revoked.code, revoked.stdout.toString().trim()]).toEqual([0, `${link.linkId} revoked`]);
+    expect((await fetch(url)).status).toBe(404);
+    expect((await berth(['port-link', 'ls', id])).stdout.toString()).toContain('revoked');
+
+    for (const bad of [['--ttl', '8d'], ['--ttl', '0s'], ['--ttl', 'soon']]) {
+      const r = await berth(['port-link', id, '8000', ...bad]);
+      expect([r.code, r.stderr]).toEqual([2, expect.stringContaining('--ttl')]);
+    }
+    for (const port of ['0', '65536', 'http']) {
+      const r = await berth(['port-link', id, port]);
+      expect([r.code, r.stderr]).toEqual([2, expect.stringContaining('PORT')]);
+    }
+    const gone = await berth(['port-link', 'ses_00000000000000000000', '8000']);
+    expect(gone.code).not.toBe(0);
+    expect(gone.stderr).toContain('not_found');
+  }, 60_000);
 });

@@ -71,6 +71,7 @@ export const SPEC = {
           'checkpoint-every': { kind: 'string', arg: 'DURATION', help: 'publish a signed head this often (e.g. 5m); needs --checkpoint-to' },
           'checkpoint-to': { kind: 'string', arg: 'FILE|URL', help: 'append signed heads to this file (outside the data directory) or POST them to this URL' },
           database: { kind: 'string', arg: 'URL', help: 'postgres://… to keep records in PostgreSQL; else $BERTH_DATABASE, else SQLite <data>/berth.db' },
+          'console-idle-logoff': { kind: 'string', arg: 'DURATION', help: 'end a web-console session after this long without activity (default 15m)' },
         },
       },
     },
@@ -90,7 +91,10 @@ export const SPEC = {
           env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },
           meta: { kind: 'kv', arg: 'K=V', help: 'metadata label (repeatable)' },
           backend: { kind: 'choice', choices: ['gvisor', 'qemu'], help: 'sandbox backend (default gvisor)' },
+          template: { kind: 'string', arg: 'NAME', help: 'start from this template (its files and running processes), fresh identity' },
           tenant,
+          'egress-allow': { kind: 'list', arg: 'HOST[:PORT]', help: 'a host the session may connect to (host, *.domain, IP or CIDR; repeatable; default none)' },
+          'egress-allow-cidr': { kind: 'list', arg: 'CIDR', help: 'a loopback/private range the session may reach anyway (repeatable)' },
           json,
         },
       },
@@ -172,9 +176,27 @@ export const SPEC = {
     },
   },
   tenant: {
-    summary: 'create | list tenants (root only)',
+    summary: 'create | list | show tenants, set their quotas (root only)',
     aliases: { ls: 'list' },
-    commands: { create: { args: 'NAME', min: 1, max: 1, flags: { json } }, list: { max: 0, flags: { json } } },
+    commands: {
+      create: { args: 'NAME', min: 1, max: 1, flags: { json } },
+      list: { max: 0, flags: { json } },
+      // quotas (issue 12 §3)
+      show: { args: 'ID', min: 1, max: 1, summary: 'the quotas in force and what the tenant uses', flags: { json } },
+      set: {
+        args: 'ID',
+        min: 1,
+        max: 1,
+        summary: "set some of a tenant's quotas (root only; the others keep theirs)",
+        flags: {
+          'max-sessions': { kind: 'int', arg: 'N', min: 0, max: Number.MAX_SAFE_INTEGER, help: 'sessions not terminated or failed' },
+          'max-memory-mb': { kind: 'int', arg: 'MB', min: 0, max: Number.MAX_SAFE_INTEGER, help: 'MiB of the sessions holding a machine' },
+          'max-snapshot-gb': { kind: 'number', arg: 'GB', min: 0, max: 1e12, help: 'GiB of snapshots on disk' },
+          'max-egress-gb': { kind: 'number', arg: 'GB', min: 0, max: 1e12, help: 'GiB through the egress proxy' },
+          json,
+        },
+      },
+    },
   },
   audit: {
     summary: 'query, verify or export the audit log',
@@ -270,6 +292,37 @@ export const SPEC = {
     commands: { '': { args: 'APPROVAL_ID', min: 1, max: 1, flags: { reason: { kind: 'string', arg: 'TEXT', required: true, help: 'why (kept in the audit log)' }, json } } },
   },
   breaker: { summary: "reset a session's tripped breaker", commands: { reset: { ...id, flags: { json } } } },
+  // ---- the web console (issue 10) ----
+  console: {
+    summary: 'print (or open) a one-time sign-in link to the web console, valid 60 s',
+    commands: { '': { max: 0, flags: { open: { kind: 'bool', help: 'open the link in the default browser (xdg-open, open)' }, json } } },
+  },
+  control: {
+    summary: "take | release | show a session's control lease (the agent's calls wait while a person holds it)",
+    aliases: { get: 'show', 'hand-back': 'release' },
+    commands: {
+      show: { ...id, flags: { json } },
+      take: { ...id, flags: { json } },
+      release: { ...id, flags: { force: { kind: 'bool', help: "end someone else's lease" }, json } },
+    },
+  },
+  'watch-link': {
+    summary: "create | list | revoke watch-only links to a session's console view (read-only, expiring)",
+    aliases: { ls: 'list', rm: 'revoke' },
+    commands: {
+      create: {
+        ...id,
+        flags: {
+          ttl: { kind: 'string', arg: 'DURATION', help: 'how long the link works: 30m, 1h, 7d (default 1h, at most 30d)' },
+          label: { kind: 'string', arg: 'TEXT', help: 'a note shown in the list (who it was shared with)' },
+          json,
+        },
+      },
+      list: { ...id, flags: { json } },
+      revoke: { args: 'ID LINK_ID', min: 2, max: 2, completes: ['session'], flags: { json } },
+    },
+  },
+  // ---- end console ----
   tool: {
     summary: 'define | list operator tools',
     aliases: { ls: 'list' },
@@ -285,7 +338,9 @@ export const SPEC = {
       set: {
         ...id,
         flags: {
-          'http-allow': { kind: 'list', arg: 'HOST', help: 'a host http.request may reach (repeatable; replaces the list)' },
+          'http-allow': { kind: 'list', arg: 'HOST', help: 'older name of --egress-allow' },
+          'egress-allow': { kind: 'list', arg: 'HOST[:PORT]', help: 'a host the session may connect to, by proxy or http.request (repeatable; replaces the list)' },
+          'egress-allow-cidr': { kind: 'list', arg: 'CIDR', help: 'a loopback/private range the session may reach anyway (repeatable; replaces them)' },
           'breaker-failures': { kind: 'int', arg: 'N', min: 1, max: 1_000_000, help: 'identical failures in a row that trip the breaker' },
           'breaker-per-minute': { kind: 'int', arg: 'M', min: 1, max: 100_000, help: 'calls per minute that trip the breaker' },
           'approval-ttl': { kind: 'int', arg: 'S', min: 0, max: 30 * 86_400, help: 'seconds an approval waits (0: forever)' },
@@ -322,6 +377,89 @@ export const SPEC = {
     summary: 'signal a background process',
     commands: {
       '': { args: 'ID EXECID', min: 2, max: 2, completes: ['session'], flags: { signal: { kind: 'string', arg: 'SIG', short: 's', help: 'signal name or number (default TERM)' }, json } },
+    },
+  },
+  template: {
+    summary: 'build | list | show | rm templates (machine images built from a recipe)',
+    aliases: { ls: 'list' },
+    commands: {
+      build: {
+        args: 'NAME',
+        min: 1,
+        max: 1,
+        summary: 'run a recipe in a fresh session and keep the machine as template NAME (output streams live)',
+        flags: {
+          file: { kind: 'string', arg: 'FILE', completes: 'file', required: true, help: 'the recipe, JSON {from?, run, files?, env?, egressAllow?} ("-": stdin)' },
+          backend: { kind: 'choice', choices: ['gvisor', 'qemu'], help: 'sandbox backend (default gvisor; not with recipe.from)' },
+          memory: { kind: 'int', arg: 'MB', ...range(LIMITS.memoryMb), help: 'memory, MiB (default 512; not with recipe.from)' },
+          cpus: { kind: 'number', arg: 'N', ...range(LIMITS.cpus), help: 'CPUs (default 1; not with recipe.from)' },
+          tenant,
+          json: { kind: 'bool', help: 'progress as JSON lines (as the server sends them)' },
+        },
+      },
+      list: { max: 0, flags: { tenant, json } },
+      show: { args: 'NAME', min: 1, max: 1, flags: { tenant, json } },
+      rm: { args: 'NAME', min: 1, max: 1, summary: 'remove it (sessions made from it keep running)', flags: { tenant, json } },
+    },
+  },
+  'port-forward': {
+    summary: 'forward a local TCP port to a port inside a session, until Ctrl-C',
+    commands: {
+      '': {
+        args: 'ID [LOCAL:]REMOTE',
+        min: 2,
+        max: 2,
+        completes: ['session'],
+        flags: { address: { kind: 'string', arg: 'HOST', help: 'local address to listen on (default 127.0.0.1)' }, json },
+      },
+    },
+  },
+  'port-link': {
+    summary: 'a signed, expiring link to a port for a browser, no token needed (or list | revoke links)',
+    aliases: { ls: 'list', rm: 'revoke' },
+    commands: {
+      '': {
+        args: 'ID PORT',
+        min: 2,
+        max: 2,
+        completes: ['session'],
+        summary: 'make a link and print its URL (shown this once)',
+        flags: {
+          ttl: { kind: 'string', arg: 'DURATION', help: 'how long it works: 90s, 30m, 1h, 7d or seconds (default 1h, at most 7d)' },
+          label: { kind: 'string', help: 'a note shown by list' },
+          json,
+        },
+      },
+      list: { ...id, flags: { json } },
+      revoke: { args: 'ID LINKID', min: 2, max: 2, completes: ['session'], flags: { json } },
+    },
+  },
+  // ---- terminals (issue 9 §2) ----
+  shell: {
+    summary: 'open an interactive terminal in a session (default: the login shell); exit status: the remote one',
+    commands: {
+      '': {
+        args: 'ID',
+        min: 1,
+        max: 1,
+        tail: '-- [CMD ARGS…]',
+        completes: ['session'],
+        flags: {
+          cwd: { kind: 'string', arg: 'DIR', help: 'working directory (absolute)' },
+          env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable); TERM is passed from here' },
+          attach: { kind: 'string', arg: 'TID', help: 'attach to an existing terminal instead of opening one' },
+          watch: { kind: 'bool', help: 'with --attach: watch only, never take input' },
+        },
+      },
+    },
+  },
+  terminal: {
+    summary: "list | kill | record a session's terminals",
+    aliases: { ls: 'list' },
+    commands: {
+      list: { ...id, flags: { json } },
+      kill: { args: 'ID TID', min: 2, max: 2, completes: ['session'], flags: { signal: { kind: 'string', arg: 'SIG', short: 's', help: 'signal name or number (default TERM; a shell ignores it: KILL)' }, json } },
+      record: { args: 'ID TID', min: 2, max: 2, completes: ['session'], summary: 'print the asciicast v2 recording (berth terminal record ID TID > t.cast)', flags: {} },
     },
   },
   demo: {

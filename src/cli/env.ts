@@ -14,3 +14,6 @@ export function clientFromEnv(): Berth {
 }
 
 export const debugEnabled = (): boolean => process.env.BERTH_DEBUG === '1';
+
+/** The local terminal type, passed to a remote terminal (`berth shell`). */
+export const localTerm = (): string | undefined => process.env.TERM;

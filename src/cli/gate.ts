@@ -9,7 +9,8 @@ function show(ctx: VerbContext, g: GateView, json: boolean | undefined): void {
     ctx.io,
     table([
       ['tools:', g.tools.join(', ') || '-'],
-      ['http allow:', g.httpAllow.join(', ') || '-'],
+      ['egress allow:', g.egressAllow.join(', ') || '- (no egress)'],
+      ['egress cidrs:', g.egressAllowCidr.join(', ') || '-'],
       ['approval ttl:', g.approvalTtlS ? `${g.approvalTtlS} s` : 'never expires'],
       ['breaker:', `${b.open ? `OPEN (${b.reason ?? b.trip})` : 'closed'}; trips after ${b.failures} identical failures or ${b.perMinute} calls/min`],
       ['calls:', String(g.calls)],
@@ -31,6 +32,8 @@ export async function run(ctx: VerbContext): Promise<number> {
   const perMinute = v['breaker-per-minute'];
   if (failures !== undefined || perMinute !== undefined) body.breaker = { ...(failures !== undefined ? { failures } : {}), ...(perMinute !== undefined ? { perMinute } : {}) };
   if (v['http-allow']) body.httpAllow = v['http-allow'].flatMap((h) => h.split(',')).filter(Boolean);
+  if (v['egress-allow']) body.egressAllow = v['egress-allow'].flatMap((h) => h.split(',')).filter(Boolean);
+  if (v['egress-allow-cidr']) body.egressAllowCidr = v['egress-allow-cidr'].flatMap((h) => h.split(',')).filter(Boolean);
   const ttl = v['approval-ttl'];
   if (ttl !== undefined) body.approvalTtlS = ttl;
   const client = ctx.client();

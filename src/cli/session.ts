@@ -25,6 +25,9 @@ async function create(ctx: VerbContext): Promise<number> {
     metadata: v.meta,
     backend: v.backend as 'gvisor' | 'qemu' | undefined,
     tenantId: v.tenant,
+    template: v.template,
+    egressAllow: splitList(v['egress-allow']),
+    egressAllowCidr: splitList(v['egress-allow-cidr']),
   });
   if (v.json) printJson(ctx.io, s.toJSON());
   else {
@@ -86,4 +89,9 @@ async function rm(ctx: VerbContext): Promise<number> {
   if (v.json) printJson(ctx.io, { id, state: 'terminated' });
   else println(ctx.io, `${id} terminated`);
   return 0;
+}
+
+/** A repeatable list flag that also takes commas; undefined when not given. */
+function splitList(v: string[] | undefined): string[] | undefined {
+  return v ? v.flatMap((h) => h.split(',')).filter(Boolean) : undefined;
 }

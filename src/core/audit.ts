@@ -1,9 +1,14 @@
 import { canonicalJson, sha256Hex } from './canonical.js';
 
-export type PrincipalKind = 'root' | 'operator' | 'agent' | 'system';
+/**
+ * 'anonymous' appears only in audit entries: a request whose bearer token was not accepted. 'watcher' is a
+ * viewer through a watch-only link (engine/watch-links.ts): `id` is the one session it may read, like an
+ * agent's, and it may change nothing.
+ */
+export type PrincipalKind = 'root' | 'operator' | 'agent' | 'system' | 'anonymous' | 'watcher';
 export interface Principal {
   kind: PrincipalKind;
-  /** Tenant id for operators, session id for agents, 'root' or 'system'. */
+  /** Tenant id for operators, session id for agents and watchers, 'root' or 'system'. */
   id: string;
   tenantId: string | null;
 }

@@ -18,6 +18,12 @@ export const ERROR_CODES = [
   'result_invalid', // a tool's output failed validation
   'payload_too_large',
   'no_space', // a disk Berth writes to (checkpoint images, the data directory) has too little room
+  // issue 12: quotas and the refusal rate limit
+  'quota_exceeded', // a tenant quota (sessions, memory, snapshots, egress) would be exceeded
+  'rate_limited', // too many requests refused in a row (an open breaker); retry after details.retryAfterS
+  'port_closed', // nothing listens on the TCP port asked for inside the sandbox (ports, egress transport)
+  // issue 7 §11: an Idempotency-Key reused with a different request (method, path or body)
+  'idempotency_mismatch',
   'internal',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -85,6 +91,13 @@ export class NoSpaceError extends AppError {
 export class UnavailableError extends AppError {
   constructor(message: string, opts: AppErrorOptions = {}) {
     super('unavailable', message, opts);
+  }
+}
+
+/** Nothing listens on a TCP port inside the sandbox (the connection was refused on 127.0.0.1 and ::1). */
+export class PortClosedError extends AppError {
+  constructor(port: number, opts: AppErrorOptions = {}) {
+    super('port_closed', `nothing is listening on port ${port} inside the sandbox`, { ...opts, details: { port, ...opts.details } });
   }
 }
 

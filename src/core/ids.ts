@@ -8,6 +8,9 @@ export const ID_PREFIX = {
   approval: 'apr',
   exec: 'exe',
   token: 'tok',
+  terminal: 'trm',
+  portLink: 'pln',
+  watchLink: 'wlk',
 } as const;
 export type IdKind = keyof typeof ID_PREFIX;
 

@@ -1,4 +1,5 @@
 import type { BackendName, SandboxIdentity } from './sandbox.js';
+import type { BreakerSettings, BreakerState, Plan, PlanState } from './gate.js';
 import type { SessionState } from './state.js';
 
 /** Times are milliseconds since the epoch throughout. */
@@ -21,12 +22,17 @@ export interface Metering {
   bytesIn: number;
   /** Bytes read out of the session (stdout, stderr, file reads). */
   bytesOut: number;
+  /** Egress (proxy connections and http.request; absent in records older than egress: 0): connections allowed, refused, bytes sent out, bytes received. */
+  egressConnections?: number;
+  egressRefused?: number;
+  egressBytesOut?: number;
+  egressBytesIn?: number;
   /** Seconds spent in each state, closed intervals only (the current state's time is added on read). */
   stateSeconds: Partial<Record<SessionState, number>>;
 }
 
 export function emptyMetering(): Metering {
-  return { cpuSeconds: 0, peakMemoryBytes: 0, execCount: 0, bytesIn: 0, bytesOut: 0, stateSeconds: {} };
+  return { cpuSeconds: 0, peakMemoryBytes: 0, execCount: 0, bytesIn: 0, bytesOut: 0, egressConnections: 0, egressRefused: 0, egressBytesOut: 0, egressBytesIn: 0, stateSeconds: {} };
 }
 
 export interface SessionRecord {
@@ -56,7 +62,8 @@ export interface SessionRecord {
   metering: Metering;
 }
 
-export type SnapshotKind = 'named' | 'hibernation';
+/** 'template': the image of a template (engine/templates.ts), kept while the template exists. */
+export type SnapshotKind = 'named' | 'hibernation' | 'template';
 
 export interface SnapshotRecord {
   id: string;
@@ -70,6 +77,32 @@ export interface SnapshotRecord {
   settings: SessionSettings;
   sizeBytes: number;
   createdAt: number;
+  /** Only for kind 'template': what built it (the template's name is `name`). */
+  template?: TemplateMeta;
+}
+
+// ---- templates (engine/templates.ts) ----
+
+/** A template recipe, as accepted (the protocol's schema checks its shape, the engine its meaning). */
+export interface TemplateRecipe {
+  /** Another template of the same tenant to start from; default the base image. */
+  from?: string;
+  /** Shell commands, run in order with /bin/sh -c as gated shell.exec calls. */
+  run: string[];
+  /** Absolute path → UTF-8 content, written (gated fs.write) before the commands run. */
+  files?: Record<string, string>;
+  /** Environment of every step (and, without `from`, of the machine). */
+  env?: Record<string, string>;
+  /** Hosts the build session may connect to (see the egress allow-list). */
+  egressAllow?: string[];
+}
+
+export interface TemplateMeta {
+  recipe: TemplateRecipe;
+  /** `<principal kind>:<principal id>` of who built it. */
+  createdBy: string;
+  /** The template's snapshot id of `recipe.from` at build time, if any. */
+  fromSnapshotId: string | null;
 }
 
 export interface TenantRecord {
@@ -78,9 +111,23 @@ export interface TenantRecord {
   /** SHA-256 (hex) of the tenant's API key. */
   apiKeyHash: string;
   createdAt: number;
+  /** Limits set by root (issue 12 §3); a missing field takes the server's default. */
+  quotas?: Partial<TenantQuotas>;
 }
 
-// ---- the tool gate (engine/gate.ts owns the shapes of plan, planState and breaker; src/policy checks them) ----
+/** Per-tenant limits. GB here are GiB (2^30 bytes). */
+export interface TenantQuotas {
+  /** Sessions not terminated or failed (hibernated ones count). */
+  maxSessions: number;
+  /** MiB of memory of the sessions that hold a machine (creating, running, paused, hibernating, waking). */
+  maxMemoryMb: number;
+  /** GiB of snapshots on disk, named and hibernation images alike. */
+  maxSnapshotGb: number;
+  /** GiB sent and received through the egress proxy, over the tenant's sessions' lifetimes. */
+  maxEgressGb: number;
+}
+
+// ---- the tool gate (plan, planState and breaker are typed in gate.ts; src/policy checks and advances them) ----
 
 /** A tenant's Cedar policy. Tenants without one get the default policy. */
 export interface TenantPolicyRecord {
@@ -105,12 +152,15 @@ export interface ToolDefinitionRecord {
 }
 
 export interface GateSettings {
-  /** Identical failing calls in a row that trip the breaker. Default 10. */
-  breakerFailures: number;
-  /** Calls in any 60 s window beyond which the breaker trips. Default 120. */
-  breakerPerMinute: number;
-  /** Hosts http.request may reach (`host`, `host:port` or `*.domain`). Default none. */
+  /** When the breaker trips; the same names as on the wire (`breaker.failures`, `breaker.perMinute`). */
+  breaker: BreakerSettings;
+  /**
+   * The session's egress allow-list: hosts its proxy connections and http.request may reach (`host`,
+   * `host:port`, `*.domain`, IP, CIDR; see policy/egress.ts). Default none. Stored under its first name.
+   */
   httpAllow: string[];
+  /** Restricted ranges (loopback, private …) the operator lets the session reach. Absent in rows stored before egress: none. */
+  egressAllowCidr?: string[];
   /** Seconds a pending approval waits for a decision; 0 = forever. Default 3600. */
   approvalTtlS: number;
 }
@@ -122,14 +172,13 @@ export interface SessionGateRecord {
   /** Installed tool names; null = the default (every built-in tool). */
   tools: string[] | null;
   settings: GateSettings;
-  /** The plan ({objective, steps}) while one is set. */
-  plan: Record<string, unknown> | null;
-  /** Its progress ({cursor, consumed}). */
-  planState: Record<string, unknown> | null;
+  /** The plan while one is set (as policy's validatePlan accepted it). */
+  plan: Plan | null;
+  /** Its progress. */
+  planState: PlanState | null;
   planSetAt: number | null;
   planSetBy: string | null;
-  /** The breaker state (policy's BreakerState). */
-  breaker: Record<string, unknown>;
+  breaker: BreakerState;
   /** The breaker paused the session; a reset resumes it. */
   pausedByBreaker: boolean;
   /** Tool calls evaluated so far. */
@@ -184,4 +233,45 @@ export interface ApprovalRecord {
   result: Record<string, unknown> | null;
   /** When that answer was handed to the agent's repeated call; afterwards the same call asks anew. */
   deliveredAt: number | null;
+}
+
+/**
+ * A port link (issue 9 §3): a signed, expiring URL (`/p/<token>/…`) that reaches one port of one session
+ * without a bearer token. Only the SHA-256 of the token is kept; the token itself is shown once, at create.
+ * A link works while now < expiresAt, revokedAt is null and its session is not terminated.
+ */
+export interface PortLinkRecord {
+  id: string;
+  tenantId: string;
+  sessionId: string;
+  port: number;
+  /** SHA-256 (hex) of the link's token. */
+  tokenHash: string;
+  label: string | null;
+  /** ms since the epoch. */
+  createdAt: number;
+  expiresAt: number;
+  /** Who created it (an operator or root): connections through the link are audited under this principal. */
+  createdBy: { kind: 'root' | 'operator'; id: string; tenantId: string | null };
+  revokedAt: number | null;
+  revokedBy: { kind: string; id: string } | null;
+}
+
+/**
+ * A watch-only link to one session's console view (issue 10): whoever opens it sees that session, read-only,
+ * until it expires or is revoked. Only the SHA-256 of its token is kept.
+ */
+export interface WatchLinkRecord {
+  id: string;
+  tenantId: string;
+  sessionId: string;
+  /** SHA-256 (hex) of the token in the link. */
+  tokenHash: string;
+  label: string | null;
+  /** Who made it (`operator:ten_…`, `root:root`). */
+  createdBy: string;
+  /** ms since the epoch. */
+  createdAt: number;
+  expiresAt: number;
+  revokedAt: number | null;
 }

@@ -4,6 +4,8 @@
  * can or cannot do is data in `capabilities`.
  */
 
+import type { Duplex } from 'node:stream';
+
 export type BackendName = 'gvisor' | 'qemu';
 
 export interface SandboxLimits {
@@ -104,6 +106,26 @@ export interface ProcessOutputOptions extends CallOptions {
   stderrOffset?: number;
 }
 
+// ---- terminals (issue 9 §2) ----
+
+/** A PTY inside the sandbox, kept by the agent like a background process (so it belongs to the machine). */
+export interface TerminalRequest {
+  /** Command; absent or empty: the user's login shell (from /etc/passwd, started as a login shell). */
+  argv?: string[];
+  cwd?: string;
+  /** Merged over the sandbox environment (TERM belongs here). */
+  env?: Record<string, string>;
+  /** Window size in character cells, 1-1000 each. */
+  cols: number;
+  rows: number;
+}
+
+/** A terminal's record: that of a background process (execId is the terminal's id) and its window size. */
+export interface TerminalInfo extends ProcessInfo {
+  cols: number;
+  rows: number;
+}
+
 /**
  * A file system event under a watched path. `overflow`: events were lost (the kernel's queue, or a reader
  * that fell too far behind); rescan what matters.
@@ -159,6 +181,25 @@ export interface DriverCapabilities {
   maxProcesses: number;
 }
 
+/** What a listener knows about a connection it accepted inside the sandbox. */
+export interface TcpConnectionInfo {
+  /** The sandbox port it was accepted on. */
+  port: number;
+  /** The connecting program's port (its address is always 127.0.0.1). */
+  peerPort: number;
+}
+
+/** Called for each connection a sandbox listener accepts; the socket relays both ways until either side ends. */
+export type TcpConnectionHandler = (socket: Duplex, info: TcpConnectionInfo) => void;
+
+/** A listener on 127.0.0.1:port inside the sandbox (see SandboxDriver.listenTcp). */
+export interface TcpListener {
+  /** The port bound (the one asked for, or the one chosen for 0). */
+  readonly port: number;
+  /** Stops listening; connections already accepted go on. */
+  close(opts?: CallOptions): Promise<void>;
+}
+
 export interface CallOptions {
   signal?: AbortSignal;
 }
@@ -202,6 +243,19 @@ export interface SandboxDriver {
   /** Signals the command's process group with signalNumber (default 15, SIGTERM). Resolves false when it had already ended. */
   killProcess(sandboxId: string, execId: string, opts?: CallOptions & { signalNumber?: number }): Promise<boolean>;
 
+  /**
+   * Terminals: a PTY whose output goes to the stdout ring of a background-process record named termId, so
+   * processOutput (replay + follow, ending with the exit) and killProcess take a termId too; listProcesses
+   * leaves terminals out. Resolves once the command is forked.
+   */
+  openTerminal(sandboxId: string, termId: string, req: TerminalRequest, opts?: CallOptions): Promise<{ pid: number }>;
+  /** Terminals the sandbox holds (running and ended), newest first. */
+  listTerminals(sandboxId: string, opts?: CallOptions): Promise<TerminalInfo[]>;
+  /** Bytes typed into the terminal. NotFoundError for an unknown termId; InvalidStateError once it has ended. */
+  writeTerminal(sandboxId: string, termId: string, data: Uint8Array, opts?: CallOptions): Promise<void>;
+  /** New window size (the foreground process group gets SIGWINCH). */
+  resizeTerminal(sandboxId: string, termId: string, size: { cols: number; rows: number }, opts?: CallOptions): Promise<void>;
+
   readFile(sandboxId: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>>;
   /** Writes atomically: the file appears whole or not at all. Returns bytes written. */
   writeFile(
@@ -224,6 +278,21 @@ export interface SandboxDriver {
   /** rename(2) inside the sandbox: atomic, same file system only; replaces a file at `to`. */
   rename(sandboxId: string, from: string, to: string, opts?: CallOptions): Promise<void>;
 
+  /**
+   * Opens a TCP connection to 127.0.0.1:port (then ::1) inside the sandbox; the Duplex relays bytes both
+   * ways, with back-pressure, half-close (end()) and reset (destroy()). Rejects PortClosedError
+   * (code port_closed) when nothing listens there; port must be 1-65535.
+   */
+  openTcp(sandboxId: string, port: number, opts?: CallOptions): Promise<Duplex>;
+  /**
+   * Listens on 127.0.0.1:port inside the sandbox (0: a free port, see TcpListener.port) and hands every
+   * connection a program there makes to onConnection. The listener belongs to the machine: it survives
+   * hibernate/wake and a server restart (connections may not). Handlers belong to the host and follow a
+   * sandboxId: after a wake (a new sandboxId) or a server restart, listen again on the same port to attach
+   * one (listening on a port the machine already holds is success and replaces the handler).
+   */
+  listenTcp(sandboxId: string, port: number, onConnection: TcpConnectionHandler, opts?: CallOptions): Promise<TcpListener>;
+
   pause(sandboxId: string, opts?: CallOptions): Promise<void>;
   resume(sandboxId: string, opts?: CallOptions): Promise<void>;
 
@@ -243,8 +312,12 @@ export interface SandboxDriver {
   /** Kills everything and deletes the sandbox's scratch state. Idempotent. */
   destroy(sandboxId: string, opts?: CallOptions): Promise<void>;
 
-  /** Registers a callback for sandboxes that die on their own (crash, OOM). */
-  onExit(listener: (sandboxId: string, reason: string) => void): void;
+  /**
+   * Registers a callback for sandboxes that die on their own (crash, OOM). `reason` starts with
+   * `out_of_memory` when the kernel killed it at its memory limit; `last` is its final figures where the
+   * backend could still read them (the engine keeps them in the session's metering).
+   */
+  onExit(listener: (sandboxId: string, reason: string, last?: SandboxStats) => void): void;
   /** Releases channels and watchers; sandboxes keep running (they are re-adopted on the next start). */
   close(): Promise<void>;
 }

@@ -1,6 +1,7 @@
 import type {
   ApprovalRecord,
   ApprovalStatus,
+  PortLinkRecord,
   SessionGateRecord,
   SessionRecord,
   SnapshotGateRecord,
@@ -8,8 +9,10 @@ import type {
   TenantPolicyRecord,
   TenantRecord,
   ToolDefinitionRecord,
+  WatchLinkRecord,
 } from './records.js';
 import type { SessionState } from './state.js';
+import type { IdempotencyRepo } from './idempotency.js';
 
 /**
  * The Store port: durable records. The embedded implementation is SQLite (src/store). Every method is
@@ -51,6 +54,8 @@ export interface TenantRepo {
   get(id: string): Promise<TenantRecord | undefined>;
   getByKeyHash(hash: string): Promise<TenantRecord | undefined>;
   list(): Promise<TenantRecord[]>;
+  /** Replaces a tenant's record (name, quotas); the id and key hash stay. Throws not_found. */
+  put(r: TenantRecord): Promise<void>;
 }
 
 export interface PolicyRepo {
@@ -97,6 +102,28 @@ export interface ApprovalRepo {
   expiring(now: number): Promise<ApprovalRecord[]>;
 }
 
+/** Port links (records.ts PortLinkRecord); rows are never deleted, a revoke sets revokedAt. */
+export interface PortLinkRepo {
+  insert(r: PortLinkRecord): Promise<void>;
+  get(id: string): Promise<PortLinkRecord | undefined>;
+  getByTokenHash(tokenHash: string): Promise<PortLinkRecord | undefined>;
+  /** A session's links, oldest first. */
+  list(sessionId: string): Promise<PortLinkRecord[]>;
+  /** Replaces the record (matched by id). Throws NotFoundError when absent. */
+  put(r: PortLinkRecord): Promise<void>;
+}
+
+export interface WatchLinkRepo {
+  /** A duplicate id or token hash throws 'conflict'. */
+  insert(r: WatchLinkRecord): Promise<void>;
+  get(id: string): Promise<WatchLinkRecord | undefined>;
+  getByTokenHash(hash: string): Promise<WatchLinkRecord | undefined>;
+  /** A session's links, oldest first (revoked and expired ones too). */
+  listBySession(sessionId: string): Promise<WatchLinkRecord[]>;
+  /** Replaces the record (matched by id). Throws NotFoundError when absent. */
+  put(r: WatchLinkRecord): Promise<void>;
+}
+
 export interface Store {
   readonly sessions: SessionRepo;
   readonly snapshots: SnapshotRepo;
@@ -106,6 +133,10 @@ export interface Store {
   readonly gates: SessionGateRepo;
   readonly snapshotGates: SnapshotGateRepo;
   readonly approvals: ApprovalRepo;
+  readonly portLinks: PortLinkRepo;
+  readonly watchLinks: WatchLinkRepo;
+  /** Idempotency-Key records (issue 7 §11). */
+  readonly idempotency: IdempotencyRepo;
   /**
    * Runs fn in one transaction and resolves to its result once committed; if fn throws (or its promise
    * rejects) everything it wrote is rolled back and the error is rethrown. Every store and audit call made

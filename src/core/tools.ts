@@ -15,10 +15,10 @@ export interface ToolView {
 }
 
 /** The gate's stages, in the order a call passes them. */
-export type GateStage = 'arguments' | 'policy' | 'plan' | 'approval' | 'breaker' | 'result';
+export type GateStage = 'control' | 'arguments' | 'policy' | 'plan' | 'approval' | 'breaker' | 'result';
 
 /** The public result of a tool call (CLI `berth call --json`, HTTP, MCP). */
 export type CallResult =
   | { decision: 'allow'; result: unknown; approvalId?: string }
-  | { decision: 'deny'; stage: GateStage; code: string; reason: string }
+  | { decision: 'deny'; stage: GateStage; code: string; reason: string; /** The same call may succeed later (human_control). */ retryable?: true }
   | { decision: 'pending'; approvalId: string };

@@ -18,9 +18,22 @@ import type {
   ApprovalRecord,
   ApprovalStatus,
   GateSettings,
+  Plan,
+  PlanState,
 } from '../core/index.js';
 
 import type { AuditProofs } from './audit-proofs.js';
+import type { RequestAudit } from './request-audit.js';
+import type { Idempotency } from './idempotency.js';
+import type { TenantQuotas } from '../core/index.js';
+import type { TenantUsage } from './quotas.js';
+
+/** A tenant as `berth tenant show` reports it: its record, the limits in force and what it uses. */
+export interface TenantInfo {
+  tenant: TenantRecord;
+  quotas: TenantQuotas;
+  usage: TenantUsage;
+}
 
 export interface CreateSessionInput {
   objective?: string;
@@ -31,6 +44,11 @@ export interface CreateSessionInput {
   backend?: BackendName;
   metadata?: Record<string, string>;
   tenantId?: string;
+  /** Start from this template of the tenant (engine/templates.ts) instead of the base image. */
+  template?: string;
+  /** The session's egress allow-list and range allowances (policy/egress.ts); default none. */
+  egressAllow?: string[];
+  egressAllowCidr?: string[];
 }
 
 export interface SessionListFilter {
@@ -46,6 +64,12 @@ export interface Engine {
 
   createTenant(p: Principal, name: string): Promise<{ tenant: TenantRecord; apiKey: string }>;
   listTenants(p: Principal): Promise<TenantRecord[]>;
+  /** A tenant with its quotas in force and its use (root: any; an operator: its own). */
+  getTenant(p: Principal, tenantId: string): Promise<TenantInfo>;
+  /** Root only: sets some of a tenant's quotas. */
+  setTenantQuotas(p: Principal, tenantId: string, input: Partial<Record<keyof TenantQuotas, unknown>>): Promise<TenantInfo>;
+  /** The egress proxy's hook: throws 429 quota_exceeded once the session's tenant used its maxEgressGb. */
+  checkEgressQuota(sessionId: string): Promise<void>;
 
   createSession(p: Principal, input: CreateSessionInput, opts?: CallOptions): Promise<{ session: SessionInfo; agentToken: string }>;
   listSessions(p: Principal, filter?: SessionListFilter): Promise<SessionInfo[]>;
@@ -78,6 +102,8 @@ export interface Engine {
 
   auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): Promise<AuditEntry[]>;
   auditVerify(p: Principal): Promise<VerifyResult>;
+  /** An entry for something done through the web console (sign-in, sign-out, idle logoff, each state-changing request), in p's tenant. */
+  recordConsoleAction(p: Principal, e: { action: string; outcome: string; data: Record<string, unknown> }): Promise<void>;
   /** Signed checkpoints and proofs (engine/audit-proofs.ts); undefined when the server has no audit key. */
   readonly auditProofs: AuditProofs | undefined;
 
@@ -90,16 +116,39 @@ export interface Engine {
   readonly gate: GateService;
   /** Background processes (engine/processes.ts): operator calls; kept inside each sandbox. */
   readonly processes: ProcessService;
+  /** Terminals (engine/terminals.ts): operator calls; PTYs kept inside each sandbox. */
+  readonly terminals: TerminalService;
+  /** Watch-only links to one session's console view (engine/watch-links.ts). */
+  readonly watchLinks: WatchLinkService;
   /** File verbs beyond one file: move, tar push/pull, watch (engine/files.ts). */
   readonly files: FileService;
+  /** Every request with its principal (engine/request-audit.ts): the server's one middleware calls it. */
+  readonly requests: RequestAudit;
+  /** Templates: build from a recipe, list, show, remove (engine/templates.ts). */
+  readonly templates: TemplateService;
+  /** Idempotency-Key records (engine/idempotency.ts): the server's idempotency middleware calls it. */
+  readonly idempotency: Idempotency;
+  /** TCP connections to servers listening inside a session (engine/ports.ts). */
+  readonly ports: PortService;
+  /** Signed, expiring links to a port, for browsers (engine/port-links.ts). */
+  readonly portLinks: PortLinkService;
 }
 
 // ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
 
 import type { ProcessService } from './processes.js';
+import type { TerminalService } from './terminals.js';
+import type { WatchLinkService } from './watch-links.js';
+export type { WatchLinkService } from './watch-links.js';
 import type { FileService } from './files.js';
+import type { TemplateService } from './templates.js';
+import type { PortService } from './ports.js';
+import type { PortLinkService } from './port-links.js';
+export type { PortLinkService, PortLinkView, PortLinkState } from './port-links.js';
 export type { FileService } from './files.js';
+export type { BuildEvent, BuildTemplateInput, TemplateService } from './templates.js';
 export type { ProcessOutputRequest, ProcessService } from './processes.js';
+export type { TerminalClient, TerminalControl, TerminalOpenRequest, TerminalService, TerminalSink, TerminalView } from './terminals.js';
 
 import type { CallResult, ToolView } from '../core/index.js';
 export type { CallResult, GateStage, ToolView } from '../core/index.js';
@@ -156,14 +205,18 @@ export interface GateInfo {
 
 export interface GateSettingsInput {
   breaker?: { failures?: number; perMinute?: number };
+  /** The session's egress allow-list (replaces it). `httpAllow` is its older name; give one, not both. */
+  egressAllow?: string[];
   httpAllow?: string[];
+  /** Restricted ranges the session may reach (replaces them). */
+  egressAllowCidr?: string[];
   approvalTtlS?: number;
 }
 
 export interface PlanInfo {
   sessionId: string;
-  plan: Record<string, unknown> | null;
-  state: Record<string, unknown> | null;
+  plan: Plan | null;
+  state: PlanState | null;
   setAt: number | null;
   setBy: string | null;
 }
@@ -195,4 +248,21 @@ export interface GateService extends ToolGateApi {
   getPlan(p: Principal, sessionId: string): Promise<PlanInfo>;
   setPlan(p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo>;
   clearPlan(p: Principal, sessionId: string): Promise<PlanInfo>;
+
+  // ---- control leases (engine/gate-control.ts): a person takes a session over from its agent ----
+  getControl(p: Principal, sessionId: string): Promise<ControlInfo>;
+  /** `via` tells holders apart who share one principal (a console session). Renews the caller's own lease. */
+  takeControl(p: Principal, sessionId: string, via?: string | null): Promise<ControlInfo>;
+  releaseControl(p: Principal, sessionId: string, via?: string | null, force?: boolean): Promise<ControlInfo>;
+  /** Checks a Cedar policy as setPolicy would, without saving it: errors and warnings, never a throw for bad text. */
+  validatePolicy(p: Principal, text: string, scope?: TenantScope): Promise<PolicyValidation>;
+}
+
+import type { ControlInfo } from './gate-control.js';
+export type { ControlInfo } from './gate-control.js';
+
+export interface PolicyValidation {
+  ok: boolean;
+  errors: string[];
+  warnings: string[];
 }

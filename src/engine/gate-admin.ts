@@ -6,6 +6,7 @@
 import {
   InvalidArgumentError,
   type GateSettings,
+  type Plan,
   type Principal,
   type SessionGateRecord,
   type SessionRecord,
@@ -19,14 +20,14 @@ import {
   builtinTool,
   defineTool,
   initialPlanState,
+  normalizeEgressCidrs,
   resetBreaker,
   validatePlan,
-  type BreakerState,
   type ToolDefinition,
 } from '../policy/index.js';
-import type { GateInfo, GateSettingsInput, PlanInfo, TenantPolicyInfo, TenantScope, ToolDefinitionInfo } from './api.js';
+import type { GateInfo, GateSettingsInput, PlanInfo, PolicyValidation, TenantPolicyInfo, TenantScope, ToolDefinitionInfo } from './api.js';
 import { operatorSession, tenantScope, who, type GateContext } from './gate-context.js';
-import { checkSettings } from './gate-state.js';
+import { checkSettings, normalizeAllowList } from './gate-state.js';
 
 const MAX_INSTALLED = 1000;
 
@@ -81,6 +82,20 @@ export async function setPolicy(c: GateContext, p: Principal, text: string, scop
   });
   c.state.setPolicy(tenantId, { engine, record, compileError: null });
   return policyInfo(tenantId, record, engine);
+}
+
+/** setPolicy's check without the save (the console's inline validation): nothing stored, nothing audited. */
+export async function validatePolicy(c: GateContext, p: Principal, text: string, scope: TenantScope = {}): Promise<PolicyValidation> {
+  const tenantId = await tenantScope(c, p, scope.tenantId);
+  if (typeof text !== 'string' || text.trim() === '') return { ok: false, errors: ['policy: must be the Cedar text of the policy'], warnings: [] };
+  const tools = [...(await c.state.tenantTools(tenantId)).values()];
+  try {
+    const engine = PolicyEngine.compile(text, { tools });
+    return { ok: true, errors: [], warnings: [...engine.warnings] };
+  } catch (e) {
+    const errors = (e as InvalidArgumentError).details?.errors;
+    return { ok: false, errors: Array.isArray(errors) && errors.length ? errors.map(String) : [(e as Error).message], warnings: [] };
+  }
 }
 
 // ---- tools --------------------------------------------------------------------------------------------
@@ -142,12 +157,12 @@ export async function defineTenantTool(c: GateContext, p: Principal, definition:
 
 export async function gateInfo(c: GateContext, r: SessionRecord, row?: SessionGateRecord): Promise<GateInfo> {
   row ??= await c.state.row(r);
-  const b = row.breaker as unknown as BreakerState;
+  const b = row.breaker;
   return {
     sessionId: r.id,
     tenantId: r.tenantId,
     tools: [...(await c.state.installed(row)).keys()],
-    settings: { ...row.settings, httpAllow: [...row.settings.httpAllow] },
+    settings: { ...row.settings, breaker: { ...row.settings.breaker }, httpAllow: [...row.settings.httpAllow], egressAllowCidr: [...(row.settings.egressAllowCidr ?? [])] },
     breaker: { open: b.open, trip: b.trip, reason: b.reason, openedAt: b.openedAt, streakFailures: b.streakFailures },
     pausedByBreaker: row.pausedByBreaker,
     calls: row.calls,
@@ -167,9 +182,13 @@ export function setGate(c: GateContext, p: Principal, sessionId: string, input: 
   if (typeof input !== 'object' || input === null) throw new InvalidArgumentError('gate settings must be an object');
   return withRow(c, p, sessionId, async (r, row) => {
     const s: GateSettings = { ...row.settings };
-    if (input.breaker?.failures !== undefined) s.breakerFailures = input.breaker.failures;
-    if (input.breaker?.perMinute !== undefined) s.breakerPerMinute = input.breaker.perMinute;
-    if (input.httpAllow !== undefined) s.httpAllow = input.httpAllow;
+    s.breaker = { ...s.breaker, ...(input.breaker?.failures !== undefined ? { failures: input.breaker.failures } : {}), ...(input.breaker?.perMinute !== undefined ? { perMinute: input.breaker.perMinute } : {}) };
+    if (input.egressAllow !== undefined && input.httpAllow !== undefined) {
+      throw new InvalidArgumentError('egressAllow: give egressAllow or its older name httpAllow, not both', { details: { field: 'egressAllow' } });
+    }
+    if (input.httpAllow !== undefined) s.httpAllow = normalizeAllowList(input.httpAllow, 'httpAllow');
+    if (input.egressAllow !== undefined) s.httpAllow = normalizeAllowList(input.egressAllow, 'egressAllow');
+    if (input.egressAllowCidr !== undefined) s.egressAllowCidr = normalizeEgressCidrs(input.egressAllowCidr);
     if (input.approvalTtlS !== undefined) s.approvalTtlS = input.approvalTtlS;
     row.settings = checkSettings(s);
     await c.store.transaction(async () => {
@@ -201,9 +220,9 @@ export function installTools(c: GateContext, p: Principal, sessionId: string, to
 /** Closes the breaker; a session the breaker paused is resumed. */
 export function resetSessionBreaker(c: GateContext, p: Principal, sessionId: string): Promise<GateInfo> {
   return withRow(c, p, sessionId, async (r, row) => {
-    const was = row.breaker as unknown as BreakerState;
+    const was = row.breaker;
     const resume = row.pausedByBreaker;
-    row.breaker = resetBreaker() as unknown as Record<string, unknown>;
+    row.breaker = resetBreaker();
     row.pausedByBreaker = false;
     await c.store.transaction(async () => {
       await c.state.save(row);
@@ -223,7 +242,7 @@ export async function planInfo(c: GateContext, r: SessionRecord, row?: SessionGa
 /** Sets (or with null clears) the plan. Replacing a plan that is under way is recorded as such. */
 export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo> {
   return withRow(c, p, sessionId, async (r, row) => {
-    const previous = row.plan ? { objective: row.plan.objective ?? null, cursor: (row.planState as { cursor?: number } | null)?.cursor ?? 0 } : null;
+    const previous = row.plan ? { objective: row.plan.objective ?? null, cursor: row.planState?.cursor ?? 0 } : null;
     if (plan === null) {
       row.plan = null;
       row.planState = null;
@@ -231,8 +250,8 @@ export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: u
       row.planSetBy = null;
     } else {
       const checked = validatePlan(plan, { knownTools: (await c.state.installed(row)).keys() });
-      row.plan = JSON.parse(JSON.stringify(checked)) as Record<string, unknown>;
-      row.planState = initialPlanState() as unknown as Record<string, unknown>;
+      row.plan = JSON.parse(JSON.stringify(checked)) as Plan;
+      row.planState = initialPlanState();
       // A strictly increasing stamp: the gate's plan cache is keyed by it.
       row.planSetAt = Math.max(c.clock.now(), (row.planSetAt ?? 0) + 1);
       row.planSetBy = who(p);
@@ -242,7 +261,7 @@ export function setPlan(c: GateContext, p: Principal, sessionId: string, plan: u
       await c.state.save(row);
       await audit(c, p, r.tenantId, r.id, 'gate.plan', outcome, {
         previous,
-        ...(row.plan ? { objective: row.plan.objective, steps: (row.plan.steps as unknown[]).length } : {}),
+        ...(row.plan ? { objective: row.plan.objective, steps: row.plan.steps.length } : {}),
       });
     });
     return planInfo(c, r, row);
@@ -270,7 +289,7 @@ export async function inheritGate(c: GateContext, p: Principal, snap: SnapshotRe
     if (copy) {
       for (const b of branches) {
         const { tools, settings, plan, planState, planSetAt, planSetBy } = copy;
-        await c.state.save({ ...(await c.state.row(b)), tools, settings: { ...settings, httpAllow: [...settings.httpAllow] }, plan, planState, planSetAt, planSetBy });
+        await c.state.save({ ...(await c.state.row(b)), tools, settings: { ...settings, breaker: { ...settings.breaker }, httpAllow: [...settings.httpAllow], egressAllowCidr: [...(settings.egressAllowCidr ?? [])] }, plan, planState, planSetAt, planSetBy });
       }
     }
     await audit(c, p, snap.tenantId, snap.sessionId, 'gate.inherit', copy ? 'ok' : 'default', {
@@ -280,7 +299,7 @@ export async function inheritGate(c: GateContext, p: Principal, snap: SnapshotRe
         ? {
             tools: copy.tools,
             settings: { ...copy.settings },
-            plan: copy.plan ? { objective: copy.plan.objective ?? null, steps: (copy.plan.steps as unknown[]).length, cursor: (copy.planState as { cursor?: number } | null)?.cursor ?? 0 } : null,
+            plan: copy.plan ? { objective: copy.plan.objective ?? null, steps: copy.plan.steps.length, cursor: copy.planState?.cursor ?? 0 } : null,
           }
         : {}),
     });

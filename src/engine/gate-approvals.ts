@@ -22,7 +22,7 @@ import type { ApprovalRecordLike, DenyCode, Stage } from '../policy/index.js';
 import type { CallResult } from './api.js';
 import { SYSTEM, requireOperator, visibleApproval, visibleSession, who, type GateContext } from './gate-context.js';
 
-export const deniedView = (d: { stage: Stage; code: DenyCode; reason: string }): CallResult => ({ decision: 'deny', stage: d.stage, code: d.code, reason: d.reason });
+export const deniedView = (d: { stage: Stage; code: DenyCode; reason: string; retryable?: true }): CallResult => ({ decision: 'deny', stage: d.stage, code: d.code, reason: d.reason, ...(d.retryable ? { retryable: true as const } : {}) });
 
 export function digestOf(v: unknown): string | null {
   try {

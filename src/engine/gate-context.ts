@@ -16,7 +16,7 @@ import {
 import { DEFAULT_TENANT_ID } from './tenants.js';
 import type { GateState } from './gate-state.js';
 import { KeyedMutex } from './lock.js';
-import type { SandboxAccess } from './tools-exec.js';
+import type { SandboxAccess } from './executor.js';
 
 export const SYSTEM: Principal = { kind: 'system', id: 'system', tenantId: null };
 
@@ -43,14 +43,32 @@ export function forbiddenForAgent(): AppError {
   return new AppError('forbidden', "an agent token may only list and call its own session's tools");
 }
 
-export function requireOperator(p: Principal): void {
-  if (p.kind === 'agent') throw forbiddenForAgent();
+/** A watch-only link's viewer (engine/watch-links.ts) asking for anything but a read of its session's view. */
+export function forbiddenForWatcher(): AppError {
+  return new AppError('forbidden', 'a watch-only link may only look at its session, not change anything', { details: { reason: 'watch_only' } });
 }
 
-/** The session as `p` may see it: another tenant's session, or another session than an agent's own, is not found. */
+export function requireOperator(p: Principal): void {
+  if (p.kind === 'agent') throw forbiddenForAgent();
+  if (p.kind === 'watcher') throw forbiddenForWatcher();
+}
+
+/** True for principals bound to one session (agents, watchers): `p.id` is that session. */
+export function boundToSession(p: Principal): boolean {
+  return p.kind === 'agent' || p.kind === 'watcher';
+}
+
+/** The session as `p` may see it: another tenant's session, or another session than an agent's or watcher's own, is not found. */
 export async function visibleSession(ctx: GateContext, p: Principal, id: string): Promise<SessionRecord> {
   const r = await ctx.store.sessions.get(id);
-  if (!r || (p.kind === 'operator' && p.tenantId !== r.tenantId) || (p.kind === 'agent' && p.id !== id)) throw new NotFoundError('session', id);
+  if (!r || ((p.kind === 'operator' || p.kind === 'watcher') && p.tenantId !== r.tenantId) || (boundToSession(p) && p.id !== id)) throw new NotFoundError('session', id);
+  return r;
+}
+
+/** A read of the session's console view (record, plan, control lease): operators, and the session's watchers. */
+export async function viewSession(ctx: GateContext, p: Principal, id: string): Promise<SessionRecord> {
+  const r = await visibleSession(ctx, p, id);
+  if (p.kind !== 'watcher') requireOperator(p);
   return r;
 }
 
@@ -63,7 +81,7 @@ export async function operatorSession(ctx: GateContext, p: Principal, id: string
 
 export async function visibleApproval(ctx: GateContext, p: Principal, id: string): Promise<ApprovalRecord> {
   const a = await ctx.store.approvals.get(id);
-  if (!a || (p.kind === 'operator' && p.tenantId !== a.tenantId) || (p.kind === 'agent' && p.id !== a.sessionId)) throw new NotFoundError('approval', id);
+  if (!a || ((p.kind === 'operator' || p.kind === 'watcher') && p.tenantId !== a.tenantId) || (boundToSession(p) && p.id !== a.sessionId)) throw new NotFoundError('approval', id);
   return a;
 }
 

@@ -15,10 +15,13 @@ import {
 } from '../core/index.js';
 import {
   BUILTIN_TOOLS,
+  DEFAULT_BREAKER_SETTINGS,
   DEFAULT_POLICY_TEXT,
   PolicyEngine,
   defineTool,
   initialBreakerState,
+  normalizeEgressAllow,
+  normalizeEgressCidrs,
   resolveBreakerSettings,
   validatePlan,
   type BreakerSettings,
@@ -32,15 +35,14 @@ import {
 export const HOME = '/root';
 
 export const DEFAULT_GATE_SETTINGS: Readonly<GateSettings> = Object.freeze({
-  breakerFailures: 10,
-  breakerPerMinute: 120,
+  breaker: DEFAULT_BREAKER_SETTINGS,
   httpAllow: [] as string[],
+  egressAllowCidr: [] as string[],
   approvalTtlS: 3600,
 });
 
 /** Longest approval TTL, seconds (30 days). */
 export const MAX_APPROVAL_TTL_S = 30 * 86_400;
-const MAX_ALLOW_HOSTS = 256;
 
 /**
  * Used when a stored policy no longer compiles (e.g. after an upgrade changed the built-in tools): every
@@ -67,32 +69,17 @@ export interface CompiledPolicy {
 
 export const BUILTIN_NAMES: readonly string[] = Object.freeze(BUILTIN_TOOLS.map((t) => t.name));
 
-/** `host`, `host:port`, `*.domain` or `*.domain:port`; IPv6 literals in brackets. */
-const HOST_RE = /^(\*\.)?([a-z0-9-]+(\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(:\d{1,5})?$/;
-
-export function normalizeAllowList(list: unknown): string[] {
-  if (!Array.isArray(list) || !list.every((h) => typeof h === 'string')) {
-    throw new InvalidArgumentError('httpAllow: must be an array of host names', { details: { field: 'httpAllow' } });
-  }
-  if (list.length > MAX_ALLOW_HOSTS) throw new InvalidArgumentError(`httpAllow: at most ${MAX_ALLOW_HOSTS} hosts`, { details: { field: 'httpAllow' } });
-  const out = new Set<string>();
-  for (const raw of list as string[]) {
-    const h = raw.trim().toLowerCase();
-    const port = /:(\d+)$/.exec(h)?.[1];
-    if (!HOST_RE.test(h) || (port !== undefined && (Number(port) < 1 || Number(port) > 65535))) {
-      throw new InvalidArgumentError(`httpAllow: ${JSON.stringify(raw)} is not a host, host:port or *.domain`, { details: { field: 'httpAllow', value: raw } });
-    }
-    out.add(h);
-  }
-  return [...out];
+/** The egress allow-list, checked and normalized (policy/egress.ts); `field` names it in errors. */
+export function normalizeAllowList(list: unknown, field = 'egressAllow'): string[] {
+  return normalizeEgressAllow(list, field);
 }
 
 export function checkSettings(s: GateSettings): GateSettings {
-  resolveBreakerSettings({ maxIdenticalFailures: s.breakerFailures, maxCallsPerMinute: s.breakerPerMinute });
+  resolveBreakerSettings(s.breaker);
   if (!Number.isSafeInteger(s.approvalTtlS) || s.approvalTtlS < 0 || s.approvalTtlS > MAX_APPROVAL_TTL_S) {
     throw new InvalidArgumentError(`approvalTtlS: must be an integer from 0 (never expires) to ${MAX_APPROVAL_TTL_S}`, { details: { field: 'approvalTtlS' } });
   }
-  return { ...s, httpAllow: normalizeAllowList(s.httpAllow) };
+  return { ...s, breaker: { ...s.breaker }, httpAllow: normalizeAllowList(s.httpAllow), egressAllowCidr: normalizeEgressCidrs(s.egressAllowCidr ?? []) };
 }
 
 export class GateState {
@@ -107,17 +94,19 @@ export class GateState {
 
   /** The session's row, or the default one (not yet stored). */
   async row(r: SessionRecord): Promise<SessionGateRecord> {
+    const stored = await this.o.store.gates.get(r.id);
+    if (stored) return { ...stored, settings: { ...stored.settings, egressAllowCidr: stored.settings.egressAllowCidr ?? [] } };
     return (
-      (await this.o.store.gates.get(r.id)) ?? {
+      stored ?? {
         sessionId: r.id,
         tenantId: r.tenantId,
         tools: null,
-        settings: { ...DEFAULT_GATE_SETTINGS, httpAllow: [] },
+        settings: { ...DEFAULT_GATE_SETTINGS, breaker: { ...DEFAULT_GATE_SETTINGS.breaker }, httpAllow: [], egressAllowCidr: [] },
         plan: null,
         planState: null,
         planSetAt: null,
         planSetBy: null,
-        breaker: initialBreakerState() as unknown as Record<string, unknown>,
+        breaker: initialBreakerState(),
         pausedByBreaker: false,
         calls: 0,
         updatedAt: this.o.clock.now(),
@@ -127,8 +116,8 @@ export class GateState {
 
   async load(r: SessionRecord): Promise<LoadedGate> {
     const row = await this.row(r);
-    const breakerSettings = resolveBreakerSettings({ maxIdenticalFailures: row.settings.breakerFailures, maxCallsPerMinute: row.settings.breakerPerMinute });
-    return { row, breaker: row.breaker as unknown as BreakerState, breakerSettings, plan: this.plan(row) };
+    const breakerSettings = resolveBreakerSettings(row.settings.breaker);
+    return { row, breaker: row.breaker, breakerSettings, plan: this.plan(row) };
   }
 
   private plan(row: SessionGateRecord): { plan: Plan; state: PlanState } | null {
@@ -142,7 +131,7 @@ export class GateState {
       hit = { setAt, plan: validatePlan(row.plan) };
       this.plans.set(row.sessionId, hit);
     }
-    return { plan: hit.plan, state: row.planState as unknown as PlanState };
+    return { plan: hit.plan, state: row.planState };
   }
 
   async save(row: SessionGateRecord): Promise<void> {

@@ -8,7 +8,7 @@ import type { ExecEvent, ExecExit, ExecHandle, Principal } from '../core/index.j
 import { openSqliteStore, type SqliteStore } from '../store/sqlite.js';
 import { ToolGate } from './gate.js';
 import { newSessionRecord } from './records.js';
-import type { SandboxAccess } from './tools-exec.js';
+import type { SandboxAccess } from './executor.js';
 
 const enc = new TextEncoder();
 

@@ -5,11 +5,11 @@
  * and pause a session whose breaker trips.
  *
  * One call, under the session's gate lock where state is read and written:
- *   1. canonicalize paths (realpath in the sandbox) → egress allow-list → find the approval held for this
- *      exact call → evaluate → commit: breakerNext, calls, and on allow planNext and the approval marked
- *      used; on ask a new approval; one audit entry per verdict; all in one store transaction.
+ *   1. gather the facts (paths canonicalized in the sandbox, the approval held for this exact call) →
+ *      evaluate → commitDecision (gate-commit.ts): breakerNext, calls, and on allow planNext and the
+ *      approval marked used; on ask a new approval; one audit entry per verdict; one store transaction.
  *   2. (lock released) run exactly decision.args.
- *   3. checkResult → commit breakerNext, the result on the approval, the result verdict.
+ *   3. finishCall: checkResult → breakerNext, the result on the approval, the result verdict.
  * A breaker that trips (in 1 or 3) writes an alert entry and pauses the session.
  *
  * Approvals: approve() records the decision, then runs the call at once through the same pipeline with the
@@ -17,6 +17,7 @@
  * (getApproval), or repeats the identical call and gets the stored answer once instead of a second run.
  */
 import { randomUUID } from 'node:crypto';
+import { ControlLeases, DEFAULT_CONTROL_IDLE_MS, type ControlInfo } from './gate-control.js';
 import {
   AppError,
   ConfigError,
@@ -24,7 +25,6 @@ import {
   InvalidStateError,
   NotFoundError,
   isAppError,
-  newId,
   type ApprovalRecord,
   type ApprovalStatus,
   type AuditLog,
@@ -35,29 +35,14 @@ import {
   type SnapshotRecord,
   type Store,
 } from '../core/index.js';
-import {
-  argsDigest,
-  checkResult,
-  describeCall,
-  evaluate,
-  matchPlan,
-  prepareArgs,
-  recordCall,
-  recordOutcome,
-  validateArgs,
-  withCanonicalPaths,
-  type DenyCode,
-  type Evaluation,
-  type Stage,
-  type StageVerdict,
-  type ToolDefinition,
-} from '../policy/index.js';
+import { argsDigest, controlHeld, describeCall, evaluate, prepareArgs, withCanonicalPaths, type UnresolvedPath } from '../policy/index.js';
 import type {
   CallResult,
   GateInfo,
   GateService,
   GateSettingsInput,
   PlanInfo,
+  PolicyValidation,
   TenantPolicyInfo,
   TenantScope,
   ToolCall,
@@ -66,12 +51,15 @@ import type {
 } from './api.js';
 import * as admin from './gate-admin.js';
 import * as approvals from './gate-approvals.js';
-import { approvalLike, deniedView, digestOf } from './gate-approvals.js';
-import { operatorSession, requireOperator, visibleApproval, visibleSession, who, type GateContext } from './gate-context.js';
-import { GateState, HOME, type LoadedGate } from './gate-state.js';
+import { approvalLike, deniedView } from './gate-approvals.js';
+import { commitDecision, finishCall, type AuditBase, type CallSpec, type Phase, type RunMode } from './gate-commit.js';
+import { forbiddenForWatcher, operatorSession, requireOperator, viewSession, visibleApproval, visibleSession, who, type GateContext } from './gate-context.js';
+import { GateState, HOME } from './gate-state.js';
 import { KeyedMutex } from './lock.js';
-import { runTool, type ExecLimits, type ExecOutcome, type SandboxAccess } from './tools-exec.js';
-import { checkHost } from './tools-http.js';
+import type { ExecLimits, ExecOutcome, SandboxAccess } from './executor.js';
+import { runTool } from './tools-exec.js';
+import { EgressProxy } from './egress.js';
+import type { PendingCounts } from './metering.js';
 
 export interface ToolGateOptions {
   store: Store;
@@ -81,6 +69,14 @@ export interface ToolGateOptions {
   log?: (line: string) => void;
   /** Executor limits; each defaults as in DEFAULT_EXEC_LIMITS. */
   limits?: Partial<ExecLimits>;
+  /** Counts egress on the session's metering. Default: not counted. */
+  meter?: (sessionId: string, f: Partial<PendingCounts>) => void;
+  /** The tenant's egress quota, checked before each new egress connection (engine/quotas.ts). */
+  egressQuota?: (sessionId: string) => Promise<void>;
+  /** Name resolution for egress; default dns.lookup. */
+  resolve?: (host: string) => Promise<string[]>;
+  /** A control lease lapses after this long without activity by its holder, ms. Default DEFAULT_CONTROL_IDLE_MS (10 min). */
+  controlIdleMs?: number;
 }
 
 export const DEFAULT_EXEC_LIMITS: Readonly<ExecLimits> = Object.freeze({
@@ -105,29 +101,6 @@ const MAX_TOOL_NAME = 128;
 const MAX_STEP_ID = 128;
 const MAX_REASON = 4096;
 
-interface CallSpec {
-  tool: string;
-  args: unknown;
-  step?: string;
-}
-
-interface RunMode {
-  /** Set when an operator's approval runs the call: that approval is held, and nothing new is parked. */
-  approvalId?: string;
-  signal?: AbortSignal;
-}
-
-interface Allowed {
-  tool: ToolDefinition;
-  args: Record<string, unknown>;
-  argsDigest: string;
-  approvalId?: string;
-  callId: string;
-  httpAllow: readonly string[];
-}
-
-type Phase = { done: CallResult } | { run: Allowed };
-
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -135,6 +108,11 @@ function isObject(v: unknown): v is Record<string, unknown> {
 export class ToolGate implements GateService {
   private readonly c: GateContext;
   private readonly limits: Readonly<ExecLimits>;
+  private readonly resolve: ToolGateOptions['resolve'];
+  /** The host side of every session's egress proxy (engine/egress.ts), deciding with this gate's state. */
+  readonly egress: EgressProxy;
+  /** Control leases ("Take control"); evaluate refuses agents' calls while one is held. */
+  readonly control: ControlLeases;
 
   constructor(o: ToolGateOptions) {
     const log = o.log ?? (() => undefined);
@@ -148,6 +126,30 @@ export class ToolGate implements GateService {
       log,
       state: new GateState({ store: o.store, clock: o.clock, log }),
     };
+    this.resolve = o.resolve;
+    this.egress = new EgressProxy({
+      state: this.c.state,
+      clock: o.clock,
+      audit: o.audit,
+      session: (id) => o.store.sessions.get(id),
+      meter: o.meter ?? (() => undefined),
+      log,
+      ...(o.resolve ? { resolve: o.resolve } : {}),
+      ...(o.egressQuota ? { quota: o.egressQuota } : {}),
+    });
+    const idle = o.controlIdleMs ?? DEFAULT_CONTROL_IDLE_MS;
+    if (!Number.isSafeInteger(idle) || idle < 1) throw new ConfigError(`controlIdleMs: must be a positive integer, got ${idle}`, { details: { field: 'controlIdleMs' } });
+    this.control = new ControlLeases(this.c, idle);
+  }
+
+  getControl(p: Principal, sessionId: string): Promise<ControlInfo> {
+    return this.control.info(p, sessionId);
+  }
+  takeControl(p: Principal, sessionId: string, via: string | null = null): Promise<ControlInfo> {
+    return this.control.take(p, sessionId, via);
+  }
+  releaseControl(p: Principal, sessionId: string, via: string | null = null, force = false): Promise<ControlInfo> {
+    return this.control.release(p, sessionId, via, force);
   }
 
   /** At start, before the first call: answers approved calls a restart interrupted. */
@@ -159,6 +161,7 @@ export class ToolGate implements GateService {
 
   async listTools(p: Principal, sessionId: string): Promise<ToolView[]> {
     const r = await visibleSession(this.c, p, sessionId);
+    if (p.kind === 'watcher') throw forbiddenForWatcher(); // a watch-only link neither lists nor calls tools
     const row = await this.c.state.row(r);
     return [...(await this.c.state.installed(row)).values()].map((t) => {
       let description = t.description;
@@ -172,6 +175,7 @@ export class ToolGate implements GateService {
 
   async callTool(p: Principal, sessionId: string, call: ToolCall, opts: CallOptions = {}): Promise<CallResult> {
     const r = await visibleSession(this.c, p, sessionId);
+    if (p.kind === 'watcher') throw forbiddenForWatcher(); // a watch-only link neither lists nor calls tools
     if (!isObject(call) || typeof call.tool !== 'string' || call.tool === '' || call.tool.length > MAX_TOOL_NAME) {
       throw new InvalidArgumentError('tool: must be a tool name', { details: { field: 'tool' } });
     }
@@ -197,45 +201,49 @@ export class ToolGate implements GateService {
     const a = phase.run;
     let out: ExecOutcome;
     try {
-      out = await runTool(a.tool, a.args, { sessionId: r.id, sandboxes: this.c.sandboxes, limits: this.limits, httpAllow: a.httpAllow, ...(mode.signal ? { signal: mode.signal } : {}) });
+      out = await runTool(a.tool, a.args, {
+        sessionId: r.id,
+        sandboxes: this.c.sandboxes,
+        limits: this.limits,
+        httpAllow: a.httpAllow,
+        egressAllowCidr: a.egressAllowCidr,
+        ...(this.resolve ? { resolve: this.resolve } : {}),
+        ...(mode.signal ? { signal: mode.signal } : {}),
+      });
     } catch (e) {
       if (!isAppError(e)) this.c.log(`tool ${a.tool.name} in ${r.id} failed: ${(e as Error).stack ?? String(e)}`);
       out = { outputError: `${a.tool.name} could not run: ${isAppError(e) ? `${e.code}: ${e.message}` : 'internal error'}` };
     }
-    return this.c.lock.run(r.id, () => this.finish(r.id, p, a, out, mode));
+    return this.c.lock.run(r.id, () => finishCall(this.c, { sessionId: r.id, principal: p, allowed: a, outcome: out, mode }));
   }
 
-  /** Phase 1, under the lock: everything up to and including the decision, persisted. */
+  /**
+   * Phase 1, under the lock: gathers the facts evaluate() decides on (paths resolved in the sandbox, the
+   * approval held for this exact call), evaluates, and persists the decision. No verdict is made here.
+   */
   private async decide(sessionId: string, p: Principal, spec: CallSpec, mode: RunMode): Promise<Phase> {
     const r = (await this.c.store.sessions.get(sessionId)) as SessionRecord;
     const g = await this.c.state.load(r);
     if (r.state === 'terminated' || r.state === 'failed' || r.state === 'creating') {
       throw new InvalidStateError(`session ${r.id} is ${r.state}; its tools cannot be called`, { details: { state: r.state } });
     }
-    if (r.state === 'paused' && !g.breaker.open) {
-      throw new InvalidStateError(`session ${r.id} is paused; an operator must resume it first`, { details: { state: r.state } });
-    }
     const tools = await this.c.state.installed(g.row);
     const tool = tools.get(spec.tool);
-    const base: Record<string, unknown> = { callId: randomUUID(), tool: spec.tool, ...(spec.step !== undefined ? { step: spec.step } : {}), ...(mode.approvalId ? { approvalId: mode.approvalId } : {}) };
-    const refuse = (stage: Stage, code: DenyCode, reason: string, detail: string, before: StageVerdict[] = [], data?: Record<string, unknown>): Promise<Phase> =>
-      this.commit(r, p, g, this.refusal(g, spec.tool, spec.args, { stage, code, reason, detail, before, data }), spec, mode, base, null);
-
-    // An open breaker refuses before anything touches the sandbox (a paused machine cannot even resolve paths).
-    if (g.breaker.open) {
-      return refuse(
-        'breaker',
-        'breaker_open',
-        `the circuit breaker of this session is open (${g.breaker.reason ?? 'tripped'}), so no tool call runs until an operator resets it; stop and report what you were doing`,
-        `breaker open: ${g.breaker.reason ?? 'tripped'}`,
-        [],
-        { openedAt: g.breaker.openedAt },
-      );
+    const base: AuditBase = { callId: randomUUID(), tool: spec.tool, ...(spec.step !== undefined ? { step: spec.step } : {}), ...(mode.approvalId ? { approvalId: mode.approvalId } : {}) };
+    // A person holds the session (control lease): evaluate refuses an agent's call at its first stage, so
+    // nothing here touches the sandbox, and a session the person paused answers human_control, not "paused".
+    const control = await this.control.current(r.id);
+    const caller = p.kind === 'agent' ? 'agent' : 'operator';
+    const held = controlHeld(control, caller, this.c.clock.now());
+    if (r.state === 'paused' && !g.breaker.open && !held) {
+      throw new InvalidStateError(`session ${r.id} is paused; an operator must resume it first`, { details: { state: r.state } });
     }
 
-    // 1a. Paths: resolved in the sandbox (symlinks followed); the resolved path is what policy sees and what runs.
+    // Paths: resolved in the sandbox (symlinks followed); the resolved path is what policy sees and what runs.
+    // Not while the breaker is open: evaluate refuses first, and a paused machine cannot resolve anything.
     let args = spec.args;
-    if (tool && isObject(args)) {
+    const unresolvedPaths: UnresolvedPath[] = [];
+    if (tool && isObject(args) && !g.breaker.open && !held) {
       const { paths } = prepareArgs(tool, args);
       if (paths.length > 0) {
         const resolved: Record<string, string> = {};
@@ -244,17 +252,10 @@ export class ToolGate implements GateService {
             resolved[arg] = await this.c.sandboxes.realpath(r.id, path.startsWith('/') ? path : `${HOME}/${path}`, mode.signal ? { signal: mode.signal } : {});
           } catch (e) {
             if (!isAppError(e) || MACHINE_CODES.has(e.code)) throw e;
-            return refuse(
-              'arguments',
-              'invalid_arguments',
-              `the ${arg} argument of ${tool.name} (${JSON.stringify(path)}) cannot be resolved inside the sandbox (${e.message}), so the call was not run`,
-              'path argument cannot be resolved',
-              [],
-              { argument: arg, error: e.code },
-            );
+            unresolvedPaths.push({ arg, path, code: e.code, message: e.message });
           }
         }
-        args = withCanonicalPaths(tool, args, resolved);
+        if (unresolvedPaths.length === 0) args = withCanonicalPaths(tool, args, resolved);
         // Resolving awaited the sandbox: the session may have been terminated meanwhile (and its approvals closed).
         const cur = (await this.c.store.sessions.get(r.id))?.state;
         if (cur === 'terminated' || cur === 'failed') throw new InvalidStateError(`session ${r.id} is ${cur}; its tools cannot be called`, { details: { state: cur } });
@@ -268,41 +269,20 @@ export class ToolGate implements GateService {
         return null;
       }
     })();
-    const subject = describeCall(spec.tool, args);
-    base.subject = subject;
-    if (digest) base.argsDigest = digest;
-    const argsPass: StageVerdict = { stage: 'arguments', verdict: 'pass', detail: 'arguments valid', ...(digest ? { data: { argsDigest: digest } } : {}) };
+    if (!g.breaker.open) base.subject = describeCall(spec.tool, args);
+    if (digest && !g.breaker.open) base.argsDigest = digest;
 
-    // 1b. Egress: http.request only to the session's allow-listed hosts.
-    if (tool && tool.executor.kind === 'builtin' && tool.executor.name === 'http.request' && isObject(args) && validateArgs(tool, args).ok) {
-      const hc = checkHost(args.url as string, g.row.settings.httpAllow);
-      if (!hc.ok) {
-        return refuse('policy', 'policy_denied', `${subject} was not run: ${hc.reason}`, 'host not on the http allow-list', [argsPass], { host: hc.host });
-      }
-    }
-
-    // 1c. The approval held for this exact call.
+    // The approval held for this exact call: the operator's being run, or one the agent's repeat matches.
     let approval: ApprovalRecord | undefined;
     if (mode.approvalId) {
       approval = await this.c.store.approvals.get(mode.approvalId);
-      if (approval && digest !== approval.argsDigest) {
-        return refuse(
-          'arguments',
-          'invalid_arguments',
-          `${subject} no longer resolves to the arguments that were approved (a path now points elsewhere), so the approved call was not run; call again to ask for a new approval`,
-          'arguments changed since approval',
-          [],
-          { approvalId: approval.id },
-        );
-      }
-    } else if (digest && tool) {
+    } else if (digest && tool && !g.breaker.open && !held) {
       approval = await approvals.currentApproval(this.c, r.id, digest, now);
       if (approval?.status === 'used') return { done: await approvals.replay(this.c, r, p, approval, base) };
     }
 
-    // 1d. The decision.
     const compiled = await this.c.state.policy(r.tenantId);
-    let ev = evaluate({
+    const ev = evaluate({
       toolName: spec.tool,
       tool,
       args,
@@ -311,212 +291,19 @@ export class ToolGate implements GateService {
       plan: g.plan,
       breaker: { state: g.breaker, settings: g.breakerSettings },
       approval: approval ? approvalLike(approval) : null,
+      runsOnApproval: mode.approvalId !== undefined && approval !== undefined,
       now,
       availableTools: [...tools.keys()],
+      unresolvedPaths,
+      httpAllow: g.row.settings.httpAllow,
+      ...(spec.step !== undefined ? { claimedStep: spec.step } : {}),
+      control,
+      caller,
     });
-    ev = this.claimedStep(ev, spec, g, tool, args, now);
     if (mode.approvalId && ev.decision.effect === 'ask') {
       throw new AppError('internal', `approval ${mode.approvalId} did not match its own call`, { details: { approvalId: mode.approvalId } });
     }
-    return this.commit(r, p, g, ev, spec, mode, base, approval ?? null, tool);
-  }
-
-  /** A refusal the gate makes itself (breaker already open, path not resolvable, host not allowed), counted like evaluate's. */
-  private refusal(
-    g: LoadedGate,
-    tool: string,
-    args: unknown,
-    x: { stage: Stage; code: DenyCode; reason: string; detail: string; before: StageVerdict[]; data?: Record<string, unknown> },
-  ): Evaluation {
-    const now = this.c.clock.now();
-    let digest: string | null = null;
-    try {
-      digest = argsDigest(tool, args);
-    } catch {
-      digest = null;
-    }
-    const counted = recordCall(g.breaker, g.breakerSettings, now);
-    const breakerNext = x.stage === 'breaker' ? counted : recordOutcome(counted, g.breakerSettings, { callKey: digest ?? `${tool}:unencodable`, tool, failed: true }, now);
-    return {
-      decision: { effect: 'deny', stage: x.stage, code: x.code, reason: x.reason },
-      verdicts: [...x.before, { stage: x.stage, verdict: 'deny', code: x.code, detail: x.detail, ...(x.data ? { data: x.data } : {}) }],
-      argsDigest: digest,
-      breakerNext,
-    };
-  }
-
-  /** A call that names a plan step must be that step. */
-  private claimedStep(ev: Evaluation, spec: CallSpec, g: LoadedGate, tool: ToolDefinition | undefined, args: unknown, now: number): Evaluation {
-    if (spec.step === undefined || !g.plan || !tool || ev.decision.effect === 'deny') return ev;
-    const m = matchPlan(g.plan.plan, g.plan.state, tool.name, args);
-    if (!m.ok || m.stepId === spec.step) return ev;
-    const at = ev.verdicts.findIndex((v) => v.stage === 'plan');
-    const reason = `this ${tool.name} call is step ${JSON.stringify(m.stepId)} of the plan, not ${JSON.stringify(spec.step)} as claimed, so it was not run`;
-    return {
-      decision: { effect: 'deny', stage: 'plan', code: 'off_plan', reason },
-      verdicts: [...ev.verdicts.slice(0, at), { stage: 'plan', verdict: 'deny', code: 'off_plan', detail: 'call is not the step it claims', data: { claimed: spec.step, matched: m.stepId } }],
-      argsDigest: ev.argsDigest,
-      breakerNext: recordOutcome(ev.breakerNext, g.breakerSettings, { callKey: ev.argsDigest ?? tool.name, tool: tool.name, failed: true }, now),
-    };
-  }
-
-  /** Persists what one evaluation decided and audits its verdicts, in one transaction. */
-  private async commit(
-    r: SessionRecord,
-    p: Principal,
-    g: LoadedGate,
-    ev: Evaluation,
-    spec: CallSpec,
-    mode: RunMode,
-    base: Record<string, unknown>,
-    held: ApprovalRecord | null,
-    tool?: ToolDefinition,
-  ): Promise<Phase> {
-    const now = this.c.clock.now();
-    // A run on an operator's approval records its answer on that approval, whatever refused it.
-    const approval = held ?? (mode.approvalId ? ((await this.c.store.approvals.get(mode.approvalId)) ?? null) : null);
-    const row = g.row;
-    const d = ev.decision;
-    const tripped = ev.breakerNext.open && !g.breaker.open;
-    row.breaker = ev.breakerNext as unknown as Record<string, unknown>;
-    if (!mode.approvalId) row.calls += 1;
-    let phase!: Phase;
-    await this.c.store.transaction(async () => {
-      await this.auditVerdicts(r, p, base, ev.verdicts);
-      if (d.effect === 'allow') {
-        if (ev.planNext) row.planState = ev.planNext as unknown as Record<string, unknown>;
-        if (d.approvalId && approval) await this.c.store.approvals.put({ ...approval, status: 'used', usedAt: now });
-        phase = {
-          run: {
-            tool: tool as ToolDefinition,
-            args: d.args,
-            argsDigest: d.argsDigest,
-            callId: base.callId as string,
-            httpAllow: row.settings.httpAllow,
-            ...(d.approvalId ? { approvalId: d.approvalId } : {}),
-          },
-        };
-      } else if (d.effect === 'ask') {
-        if (d.approvalId) {
-          phase = { done: { decision: 'pending', approvalId: d.approvalId } };
-        } else {
-          const ttl = row.settings.approvalTtlS;
-          const a: ApprovalRecord = {
-            id: newId('approval'),
-            tenantId: r.tenantId,
-            sessionId: r.id,
-            tool: spec.tool,
-            args: d.args,
-            argsDigest: d.argsDigest,
-            step: spec.step ?? null,
-            status: 'pending',
-            policyIds: d.policyIds,
-            requestedBy: who(p),
-            createdAt: now,
-            expiresAt: ttl > 0 ? now + ttl * 1000 : null,
-            decidedBy: null,
-            decidedAt: null,
-            reason: null,
-            usedAt: null,
-            result: null,
-            deliveredAt: null,
-          };
-          await this.c.store.approvals.insert(a);
-          await this.c.audit.append({
-            tenantId: r.tenantId,
-            sessionId: r.id,
-            principal: p,
-            action: 'approval.request',
-            outcome: 'pending',
-            data: { approvalId: a.id, callId: base.callId, tool: a.tool, argsDigest: a.argsDigest, subject: base.subject ?? null, policyIds: a.policyIds, expiresAt: a.expiresAt },
-          });
-          phase = { done: { decision: 'pending', approvalId: a.id } };
-        }
-      } else {
-        const view = deniedView(d);
-        if (approval && mode.approvalId) await this.c.store.approvals.put({ ...approval, result: view as Record<string, unknown> });
-        else if (approval && d.code === 'approval_expired') await this.c.store.approvals.put({ ...approval, deliveredAt: now });
-        phase = { done: view };
-      }
-      if (tripped) await this.auditTrip(r, p, row.breaker, base);
-      await this.c.state.save(row);
-    });
-    if (tripped) await this.pauseForBreaker(r.id, g);
-    return phase;
-  }
-
-  /** Phase 3, under the lock: the result stage, persisted. */
-  private async finish(sessionId: string, p: Principal, a: Allowed, out: ExecOutcome, mode: RunMode): Promise<CallResult> {
-    const r = (await this.c.store.sessions.get(sessionId)) as SessionRecord;
-    const g = await this.c.state.load(r);
-    const now = this.c.clock.now();
-    const res = checkResult({
-      tool: a.tool,
-      argsDigest: a.argsDigest,
-      output: out.output,
-      ...(out.outputError !== undefined ? { outputError: out.outputError } : {}),
-      breaker: { state: g.breaker, settings: g.breakerSettings },
-      now,
-    });
-    const result: CallResult = res.ok ? { decision: 'allow', result: res.result, ...(a.approvalId ? { approvalId: a.approvalId } : {}) } : deniedView(res.decision);
-    const tripped = res.breakerNext.open && !g.breaker.open;
-    g.row.breaker = res.breakerNext as unknown as Record<string, unknown>;
-    const base = { callId: a.callId, tool: a.tool.name, argsDigest: a.argsDigest, ...(a.approvalId ? { approvalId: a.approvalId } : {}) };
-    await this.c.store.transaction(async () => {
-      const v = res.verdict;
-      await this.c.audit.append({
-        tenantId: r.tenantId,
-        sessionId: r.id,
-        principal: p,
-        action: 'tool.result',
-        outcome: v.verdict,
-        data: { ...base, ...(v.code ? { code: v.code } : {}), detail: v.detail, ...(v.data ? { data: v.data } : {}), resultDigest: digestOf(res.ok ? res.result : out.output) },
-      });
-      if (a.approvalId) {
-        const cur = await this.c.store.approvals.get(a.approvalId);
-        if (cur) await this.c.store.approvals.put({ ...cur, result: result as Record<string, unknown>, deliveredAt: mode.approvalId ? null : now });
-      }
-      if (tripped) await this.auditTrip(r, p, g.row.breaker, base);
-      await this.c.state.save(g.row);
-    });
-    if (tripped) await this.pauseForBreaker(r.id, g);
-    return result;
-  }
-
-  private async auditVerdicts(r: SessionRecord, p: Principal, base: Record<string, unknown>, verdicts: readonly StageVerdict[]): Promise<void> {
-    for (const [i, v] of verdicts.entries()) {
-      const shared = i === 0 ? base : { callId: base.callId, tool: base.tool, ...(base.argsDigest ? { argsDigest: base.argsDigest } : {}) };
-      await this.c.audit.append({
-        tenantId: r.tenantId,
-        sessionId: r.id,
-        principal: p,
-        action: `tool.${v.stage}`,
-        outcome: v.verdict,
-        data: { ...shared, ...(v.code ? { code: v.code } : {}), detail: v.detail, ...(v.data ? { data: v.data } : {}) },
-      });
-    }
-  }
-
-  private async auditTrip(r: SessionRecord, p: Principal, breaker: Record<string, unknown>, base: Record<string, unknown>): Promise<void> {
-    await this.c.audit.append({
-      tenantId: r.tenantId,
-      sessionId: r.id,
-      principal: p,
-      action: 'gate.breaker',
-      outcome: 'tripped',
-      data: { alert: true, callId: base.callId ?? null, tool: base.tool ?? null, trip: breaker.trip ?? null, reason: breaker.reason ?? null },
-    });
-  }
-
-  private async pauseForBreaker(sessionId: string, g: LoadedGate): Promise<void> {
-    const paused = await this.c.sandboxes.pauseForBreaker(sessionId).catch((e: unknown) => {
-      this.c.log(`breaker of ${sessionId} tripped but the session could not be paused: ${(e as Error).message}`);
-      return false;
-    });
-    if (paused) {
-      g.row.pausedByBreaker = true;
-      await this.c.state.save(g.row);
-    }
+    return commitDecision(this.c, { session: r, principal: p, gate: g, evaluation: ev, call: spec, mode, base, approval: approval ?? null, tool });
   }
 
   // ---- approvals ----------------------------------------------------------------------------------------
@@ -583,6 +370,9 @@ export class ToolGate implements GateService {
   setPolicy(p: Principal, text: string, scope?: TenantScope): Promise<TenantPolicyInfo> {
     return admin.setPolicy(this.c, p, text, scope);
   }
+  validatePolicy(p: Principal, text: string, scope?: TenantScope): Promise<PolicyValidation> {
+    return admin.validatePolicy(this.c, p, text, scope);
+  }
   defineTool(p: Principal, definition: unknown, scope?: TenantScope): Promise<ToolDefinitionInfo> {
     return admin.defineTenantTool(this.c, p, definition, scope);
   }
@@ -602,7 +392,7 @@ export class ToolGate implements GateService {
     return admin.resetSessionBreaker(this.c, p, sessionId);
   }
   async getPlan(p: Principal, sessionId: string): Promise<PlanInfo> {
-    return admin.planInfo(this.c, await operatorSession(this.c, p, sessionId));
+    return admin.planInfo(this.c, await viewSession(this.c, p, sessionId));
   }
   setPlan(p: Principal, sessionId: string, plan: unknown): Promise<PlanInfo> {
     return admin.setPlan(this.c, p, sessionId, plan);

@@ -1,3 +1,5 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { newId, sha256Hex } from '../core/index.js';
 import {
   AppError,
@@ -14,6 +16,7 @@ import {
   type BackendName,
   type CallOptions,
   type Clock,
+  type ExecEvent,
   type ExecHandle,
   type ExecRequest,
   type FileEntry,
@@ -22,6 +25,7 @@ import {
   type SandboxDriver,
   type SandboxIdentity,
   type SandboxSpec,
+  type SandboxStats,
   type SessionRecord,
   type SessionState,
   type SnapshotRecord,
@@ -30,19 +34,31 @@ import {
   type TenantRecord,
   type VerifyResult,
 } from '../core/index.js';
-import type { CreateSessionInput, Engine, SessionInfo, SessionListFilter } from './api.js';
+import type { CreateSessionInput, Engine, SessionInfo, SessionListFilter, TenantInfo } from './api.js';
 import { ToolGate, type ToolGateOptions } from './gate.js';
+import { EGRESS_PORT, egressEnv } from './egress.js';
+import { normalizeEgressAllow, normalizeEgressCidrs } from '../policy/index.js';
 import { fileService, type FileService } from './files.js';
 import { processService, type ProcessService, type ProcessSteps } from './processes.js';
+import { terminalService, type TerminalService } from './terminals.js';
+import { watchLinkService, type WatchLinkService } from './watch-links.js';
+import { boundToSession, forbiddenForWatcher } from './gate-context.js';
 import { sandboxAccess } from './sandbox-access.js';
 import { authenticate, newAgentToken, newSecret } from './auth.js';
 import { KeyedMutex, mapLimit } from './lock.js';
 import { PendingMeter, countBytes, enterState, foldStats, liveMetering, meteredExec, type PendingCounts } from './metering.js';
 import { newSessionRecord, sandboxIdFor } from './records.js';
-import { DEFAULT_SESSION, LIMITS, resolveSettings, validateDefaults, type SessionDefaults } from './options.js';
+import { DEFAULT_SESSION, LIMITS, resolveForkConcurrency, resolveSettings, validateDefaults, type SessionDefaults } from './options.js';
+import { portService, type PortService } from './ports.js';
+import { portLinkService, type PortLinkService } from './port-links.js';
+import { tapExec, templateService, type TemplateService } from './templates.js';
 
 import { DEFAULT_TENANT_ID } from './tenants.js';
 import type { AuditProofs } from './audit-proofs.js';
+import { Idempotency } from './idempotency.js';
+import { RequestAudit } from './request-audit.js';
+import { DEFAULT_QUOTAS, checkQuota, checkQuotaInput, effectiveQuotas, tenantUsage, validateQuotaDefaults, type QuotaAsk, type TenantUsage } from './quotas.js';
+import type { TenantQuotas } from '../core/index.js';
 
 export { DEFAULT_TENANT_ID };
 
@@ -67,7 +83,14 @@ export interface SessionManagerOptions {
   gateLimits?: ToolGateOptions['limits'];
   /** Checkpoints and proofs over the audit tree; undefined when the server has no audit key. */
   auditProofs?: AuditProofs;
+  /** Requests a second let through for a principal whose gated calls meet an open breaker. Default 10. */
+  refusalsPerSecond?: number;
+  /** Quotas of tenants root has not set (per field). Default DEFAULT_QUOTAS (engine/quotas.ts). */
+  quotaDefaults?: TenantQuotas;
+  /** Where terminal recordings go. Default: a berth-terminals folder in the OS temp dir. */
+  terminalRecordDir?: string;
 }
+
 
 const SYSTEM: Principal = { kind: 'system', id: 'system', tenantId: null };
 
@@ -92,6 +115,8 @@ export class SessionManager implements Engine {
   private readonly meter = new PendingMeter();
   private flushTimer: NodeJS.Timeout | undefined;
   private readonly defaults: SessionDefaults;
+  private readonly forkConcurrency: number;
+  private readonly quotaDefaults: TenantQuotas;
   private closed = false;
   /** The tool gate: authorizes and runs every agent tool call (engine/gate.ts). */
   readonly gate: ToolGate;
@@ -99,6 +124,22 @@ export class SessionManager implements Engine {
   readonly processes: ProcessService;
   /** move, tar push/pull, watch (engine/files.ts). */
   readonly files: FileService;
+  /** Every request with its principal; its log is the one the engine and the gate append to. */
+  readonly requests: RequestAudit;
+  /** Templates: build, list, remove, and create sessions from them (engine/templates.ts). */
+  readonly templates: TemplateService;
+  /** Idempotency-Key records (engine/idempotency.ts); the engine notes what it creates on the key in scope. */
+  readonly idempotency: Idempotency;
+  /** Observers of a session's command output (a template build's live log). */
+  private readonly taps = new Map<string, (ev: ExecEvent) => void>();
+  /** TCP connections to servers inside a session (engine/ports.ts). */
+  readonly ports: PortService;
+  /** Signed, expiring links to a port (engine/port-links.ts). */
+  readonly portLinks: PortLinkService;
+  /** Terminals (engine/terminals.ts): PTYs kept in the sandbox, headless screen models and clients here. */
+  readonly terminals: TerminalService;
+  /** Watch-only links to one session's console view (engine/watch-links.ts). */
+  readonly watchLinks: WatchLinkService;
 
   get auditProofs(): AuditProofs | undefined {
     return this.o.auditProofs;
@@ -106,6 +147,10 @@ export class SessionManager implements Engine {
 
   constructor(private readonly o: SessionManagerOptions) {
     this.defaults = validateDefaults({ ...DEFAULT_SESSION, ...o.defaults });
+    this.forkConcurrency = resolveForkConcurrency(o.forkConcurrency);
+    this.quotaDefaults = validateQuotaDefaults(o.quotaDefaults ?? DEFAULT_QUOTAS);
+    this.idempotency = new Idempotency({ store: o.store, clock: o.clock, ...(o.log ? { log: o.log } : {}) });
+    this.requests = new RequestAudit({ audit: o.audit, clock: o.clock, ...(o.refusalsPerSecond !== undefined ? { refusalsPerSecond: o.refusalsPerSecond } : {}), ...(o.log ? { log: o.log } : {}) });
     // The gate reaches machines only through these (engine/sandbox-access.ts); they audit nothing themselves.
     const sandboxes = sandboxAccess({
       live: (id, opts) => this.live(SYSTEM, id, opts),
@@ -125,8 +170,57 @@ export class SessionManager implements Engine {
     };
     this.processes = processService(steps);
     this.files = fileService(steps);
-    this.gate = new ToolGate({ store: o.store, audit: o.audit, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits });
-    for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason) => void this.onSandboxExit(sandboxId, reason));
+    this.gate = new ToolGate({ store: o.store, audit: this.requests.log, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits, meter: (id, f) => this.bump(id, f), egressQuota: (id) => this.checkEgressQuota(id) });
+    for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason, last) => void this.onSandboxExit(sandboxId, reason, last));
+    this.templates = templateService({
+      store: o.store,
+      gate: this.gate,
+      tenantFor: (p, t) => this.tenantFor(p, t),
+      createSession: (p, input, opts) => this.createSession(p, input, opts),
+      startFrom: (p, snap, input, opts) => this.startFrom(p, snap, input, opts),
+      capture: (id, fields, opts) => this.capture(id, fields, opts),
+      terminate: (id) => this.terminateSession(SYSTEM, id),
+      tap: (id, fn) => {
+        this.taps.set(id, fn);
+        return () => {
+          if (this.taps.get(id) === fn) this.taps.delete(id);
+        };
+      },
+      removeSnapshot: (snap) => this.removeSnapshot(snap),
+      audit: (p, tenantId, sessionId, action, outcome, data) => this.audit(p, tenantId, sessionId, action, outcome, data),
+    });
+    this.ports = portService(steps);
+    const session = async (p: Principal, id: string) => {
+      this.requireOperator(p, id);
+      return this.record(p, id);
+    };
+    this.portLinks = portLinkService({ store: o.store, clock: o.clock, ports: this.ports, session, audit: steps.audit });
+    this.terminals = terminalService({
+      ...steps,
+      recordDir: o.terminalRecordDir ?? join(tmpdir(), 'berth-terminals'),
+      now: () => o.clock.now(),
+      check: async (p, id) => {
+        this.requireOperator(p, id);
+        await this.record(p, id);
+      },
+      watchLive: async (p, id, opts) => {
+        await this.record(p, id); // the watcher's own session, in its tenant: else not found
+        const { r, d, sandboxId } = await this.live(SYSTEM, id, opts);
+        return { tenantId: r.tenantId, d, sandboxId };
+      },
+      leaseHolder: async (id) => (await this.gate.control.current(id))?.holder ?? null,
+    });
+    this.watchLinks = watchLinkService({
+      store: o.store,
+      clock: o.clock,
+      operatorSession: async (p, id) => {
+        this.requireOperator(p, id);
+        return { tenantId: (await this.record(p, id)).tenantId };
+      },
+      audit: async (p, tenantId, id, action, data) => void (await this.audit(p, tenantId, id, action, 'ok', data)),
+      revoked: (l) => this.terminals.closeWatchers(l.sessionId),
+    });
+    this.gate.control.onChange((id, holder) => this.terminals.leaseChanged(id, holder));
   }
 
   /** Call once, before anything else: creates the default tenant on a new store and starts the gate. */
@@ -148,8 +242,9 @@ export class SessionManager implements Engine {
    * session gets not_found (as for any id it cannot see), its own session forbidden.
    */
   private requireOperator(p: Principal, sessionId?: string): void {
-    if (p.kind !== 'agent') return;
+    if (p.kind !== 'agent' && p.kind !== 'watcher') return;
     if (sessionId !== undefined && sessionId !== p.id) throw new NotFoundError('session', sessionId);
+    if (p.kind === 'watcher') throw forbiddenForWatcher();
     throw new AppError('forbidden', 'an agent token may only list and call its own session\'s tools');
   }
 
@@ -175,12 +270,61 @@ export class SessionManager implements Engine {
     return (await this.o.store.tenants.list()).filter((t) => this.visible(p, t.id));
   }
 
+  // ---- quotas (issue 12 §3) ------------------------------------------------------------------------
+
+  private async usage(tenantId: string): Promise<{ quotas: TenantQuotas; usage: TenantUsage }> {
+    const t = await this.o.store.tenants.get(tenantId);
+    const [sessions, snapshots] = await Promise.all([this.o.store.sessions.list({ tenantId }), this.o.store.snapshots.list({ tenantId })]);
+    return { quotas: effectiveQuotas(t?.quotas, this.quotaDefaults), usage: tenantUsage(sessions, snapshots) };
+  }
+
+  /** Throws 429 quota_exceeded when the ask would pass one of the tenant's limits. */
+  private async checkQuota(tenantId: string, ask: QuotaAsk): Promise<void> {
+    const { quotas, usage } = await this.usage(tenantId);
+    checkQuota(quotas, usage, ask);
+  }
+
+  /** Root sees every tenant, an operator its own; agents are refused. */
+  async getTenant(p: Principal, tenantId: string): Promise<TenantInfo> {
+    this.requireOperator(p);
+    const tenant = await this.o.store.tenants.get(tenantId);
+    if (!tenant || !this.visible(p, tenant.id)) throw new NotFoundError('tenant', tenantId);
+    return { tenant, ...(await this.usage(tenant.id)) };
+  }
+
+  /** Root only: sets the given limits (the rest keep theirs); a limit below the current use is allowed and stops new use. */
+  async setTenantQuotas(p: Principal, tenantId: string, input: Partial<Record<keyof TenantQuotas, unknown>>): Promise<TenantInfo> {
+    if (p.kind !== 'root') {
+      if (p.kind === 'operator' && p.tenantId !== tenantId) throw new NotFoundError('tenant', tenantId);
+      throw new AppError('forbidden', 'only the root token may set quotas');
+    }
+    const change = checkQuotaInput(input);
+    const tenant = await this.o.store.tenants.get(tenantId);
+    if (!tenant) throw new NotFoundError('tenant', tenantId);
+    const next: TenantRecord = { ...tenant, quotas: { ...tenant.quotas, ...change } };
+    await this.o.store.transaction(async () => {
+      await this.o.store.tenants.put(next);
+      await this.audit(p, tenantId, null, 'tenant.quotas', 'ok', { set: change, quotas: effectiveQuotas(next.quotas, this.quotaDefaults) });
+    });
+    return { tenant: next, ...(await this.usage(tenantId)) };
+  }
+
+  /**
+   * The egress quota's hook for the egress proxy: throws 429 quota_exceeded when the session's tenant has
+   * used its maxEgressGb (bytes each way, metering.egressBytesOut and egressBytesIn).
+   */
+  async checkEgressQuota(sessionId: string): Promise<void> {
+    const r = await this.o.store.sessions.get(sessionId);
+    if (!r) throw new NotFoundError('session', sessionId);
+    await this.checkQuota(r.tenantId, { egress: true });
+  }
+
   // ---- records ------------------------------------------------------------------------------------
 
   /** The session as this principal may see it; another tenant's session is simply not found. */
   private async record(p: Principal, id: string): Promise<SessionRecord> {
     const r = await this.o.store.sessions.get(id);
-    if (!r || !this.visible(p, r.tenantId) || (p.kind === 'agent' && p.id !== id)) throw new NotFoundError('session', id);
+    if (!r || !this.visible(p, r.tenantId) || (boundToSession(p) && p.id !== id)) throw new NotFoundError('session', id);
     return r;
   }
 
@@ -213,6 +357,8 @@ export class SessionManager implements Engine {
     this.meter.apply(r);
     enterState(r, to, this.o.clock.now());
     Object.assign(r, patch);
+    // The environment's values are secrets: an ended session keeps their names only.
+    if (to === 'terminated') r.settings = { ...r.settings, env: Object.fromEntries(Object.keys(r.settings.env).map((k) => [k, ''])) };
     const data = { from, to, ...(patch.failureReason ? { reason: patch.failureReason } : {}) };
     await this.o.store.transaction(async () => {
       await this.save(r);
@@ -223,10 +369,29 @@ export class SessionManager implements Engine {
         await this.audit(SYSTEM, r.tenantId, r.id, 'session.state', 'ok', data);
       }
     });
+    if (to === 'running') await this.listenEgress(r);
+  }
+
+  /**
+   * Asks the agent to listen for the session's proxy (engine/egress.ts) and hands each connection to the
+   * egress gate. Every incarnation needs it (create, wake, fork, resume, a restart's adoption): the driver's
+   * handler is per sandbox and per server process. A failure is logged, not fatal: the session runs
+   * without egress, which is what it would have without the proxy.
+   */
+  private async listenEgress(r: SessionRecord): Promise<void> {
+    const sandboxId = r.sandboxId;
+    const d = this.o.drivers[r.backend];
+    if (!sandboxId || !d) return;
+    const id = r.id;
+    try {
+      await d.listenTcp(sandboxId, EGRESS_PORT, (sock) => void this.gate.egress.serve(id, sock));
+    } catch (e) {
+      this.o.log?.(`egress: the proxy listener of ${id} could not start: ${(e as Error).message}`);
+    }
   }
 
   private audit(p: Principal, tenantId: string | null, sessionId: string | null, action: string, outcome: string, data: Record<string, unknown>): Promise<AuditEntry> {
-    return this.o.audit.append({ tenantId, sessionId, principal: p, action, outcome, data });
+    return this.requests.log.append({ tenantId, sessionId, principal: p, action, outcome, data });
   }
 
   private driver(backend: BackendName): SandboxDriver {
@@ -236,7 +401,8 @@ export class SessionManager implements Engine {
   }
 
   private spec(r: SessionRecord, sandboxId: string, identity: SandboxIdentity): SandboxSpec {
-    return { sandboxId, limits: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus }, env: r.settings.env, identity, network: 'none' };
+    // No network device: the proxy variables point at the agent's loopback listener (engine/egress.ts).
+    return { sandboxId, limits: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus }, env: { ...egressEnv(), ...r.settings.env }, identity, network: 'none' };
   }
 
   private async info(r: SessionRecord): Promise<SessionInfo> {
@@ -250,18 +416,30 @@ export class SessionManager implements Engine {
 
   async createSession(p: Principal, input: CreateSessionInput, opts: CallOptions = {}): Promise<{ session: SessionInfo; agentToken: string }> {
     this.requireOperator(p);
+    if (input.template !== undefined) return this.templates.createSession(p, input, opts);
     const { settings, backend } = resolveSettings(input, this.defaults);
     const tenantId = await this.tenantFor(p, input.tenantId);
     if (input.objective !== undefined && (typeof input.objective !== 'string' || input.objective.length > 4096)) {
       throw new InvalidArgumentError('objective: a string of at most 4096 characters', { details: { field: 'objective' } });
     }
+    // Checked before anything exists, so a bad entry leaves nothing behind.
+    const egressAllow = input.egressAllow === undefined ? undefined : normalizeEgressAllow(input.egressAllow, 'egressAllow');
+    const egressAllowCidr = input.egressAllowCidr === undefined ? undefined : normalizeEgressCidrs(input.egressAllowCidr, 'egressAllowCidr');
     const driver = this.driver(backend);
     const id = newId('session');
+    await this.idempotency.note(id); // before the record exists: a retry after a crash finds it (engine/idempotency.ts)
     const agentToken = newAgentToken(id);
     const now = this.o.clock.now();
     const r = newSessionRecord({ id, tenantId, backend, settings, objective: input.objective ?? null, metadata: input.metadata ?? {}, agentToken, reason: 'create', parentSnapshotId: null, now });
-    await this.o.store.sessions.insert(r);
+    // Check and insert under the tenant's lock, so two creates cannot both pass the last free place.
+    await this.mutex.run(`tenant:${tenantId}`, async () => {
+      await this.checkQuota(tenantId, { sessions: 1, memoryMb: settings.memoryMb });
+      await this.o.store.sessions.insert(r);
+    });
     await this.audit(p, tenantId, id, 'session.create', 'ok', { backend, settings: { ...settings, env: Object.keys(settings.env) }, objective: r.objective });
+    if (egressAllow || egressAllowCidr) {
+      await this.gate.setGate(p, id, { ...(egressAllow ? { egressAllow } : {}), ...(egressAllowCidr ? { egressAllowCidr } : {}) });
+    }
     await this.mutex.run(id, async () => {
       try {
         await driver.create(this.spec(r, r.sandboxId as string, r.identity), opts);
@@ -293,7 +471,7 @@ export class SessionManager implements Engine {
   }
 
   async getSession(p: Principal, id: string): Promise<SessionInfo> {
-    this.requireOperator(p, id);
+    if (p.kind !== 'watcher') this.requireOperator(p, id); // a watcher reads its session (record() scopes it)
     return this.info(await this.record(p, id));
   }
 
@@ -311,13 +489,15 @@ export class SessionManager implements Engine {
       await d.destroy(r.sandboxId ?? sandboxIdFor(r.id, r.identity.generation), opts);
       // The session's own snapshots go with it, named or not, except named ones (kept for forking).
       for (const s of await this.o.store.snapshots.list({ sessionId: id })) {
-        if (s.kind === 'hibernation' || s.name === null) await this.removeSnapshot(s);
+        if (s.kind === 'hibernation' || (s.kind === 'named' && s.name === null)) await this.removeSnapshot(s);
       }
       // Its pending approvals close with it (cancelled), so none is left to approve.
       await this.o.store.transaction(async () => {
         await this.gate.cancelPendingApprovals(id);
+        this.gate.control.drop(id);
         await this.transition(r, 'terminated', { sandboxId: null, hibernationSnapshotId: null });
       });
+      await this.terminals.forget(id); // screens and recordings go with the session
     });
   }
 
@@ -355,7 +535,8 @@ export class SessionManager implements Engine {
 
   /** Starts a command in a live sandbox, metered, and registers it under execId. */
   private async spawn(id: string, execId: string, d: SandboxDriver, sandboxId: string, req: ExecRequest, opts: CallOptions): Promise<ExecHandle> {
-    const raw = await d.exec(sandboxId, req, opts);
+    const tap = this.taps.get(id);
+    const raw = tap ? tapExec(await d.exec(sandboxId, req, opts), tap) : await d.exec(sandboxId, req, opts);
     this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
     const handle = meteredExec(raw, {
       in: (n) => this.bump(id, { bytesIn: n }),
@@ -485,6 +666,8 @@ export class SessionManager implements Engine {
     if (r.state !== 'hibernated' || !r.hibernationSnapshotId) {
       throw new InvalidStateError(`session ${r.id} is ${r.state}, not hibernated`, { details: { state: r.state } });
     }
+    // A hibernated session holds no memory; waking takes its memory back, within the tenant's quota.
+    await this.checkQuota(r.tenantId, { memoryMb: r.settings.memoryMb });
     const d = this.driver(r.backend);
     const snap = r.hibernationSnapshotId;
     const sandboxId = sandboxIdFor(r.id, r.identity.generation + 1);
@@ -535,11 +718,16 @@ export class SessionManager implements Engine {
       if (r.state === 'hibernated') await this.wakeLocked(r, opts);
       if (r.state !== 'running' && r.state !== 'paused') throw new InvalidStateError(`session ${id} is ${r.state}`, { details: { state: r.state } });
       const d = this.driver(r.backend);
+      // The size is known only once taken: refuse when the quota is already used up, and drop a snapshot
+      // that took the tenant past it.
+      await this.checkQuota(r.tenantId, { snapshotBytes: 1 });
       const snapshotId = newId('snapshot');
+      await this.idempotency.note(snapshotId);
       const dir = await this.o.snapshots.create(snapshotId);
       try {
         await d.checkpoint(r.sandboxId as string, dir, { ...opts, leaveRunning: true });
         if (r.state === 'paused') await d.pause(r.sandboxId as string);
+        await this.checkQuota(r.tenantId, { snapshotBytes: await this.o.snapshots.sizeBytes(snapshotId) });
       } catch (e) {
         await this.o.snapshots.delete(snapshotId);
         throw e;
@@ -606,19 +794,23 @@ export class SessionManager implements Engine {
     const now = this.o.clock.now();
     const objective = (await this.o.store.sessions.get(snap.sessionId))?.objective ?? null;
     const branches: Array<{ r: SessionRecord; agentToken: string }> = [];
-    for (let i = 0; i < count; i++) {
-      const id = newId('session');
-      const agentToken = newAgentToken(id);
-      const r = newSessionRecord({
-        id, tenantId: snap.tenantId, backend: snap.backend, settings: snap.settings, objective,
-        metadata: {}, agentToken, reason: 'fork', parentSnapshotId: snap.id, now,
-      });
-      await this.o.store.sessions.insert(r);
-      branches.push({ r, agentToken });
-    }
+    await this.mutex.run(`tenant:${snap.tenantId}`, async () => {
+      await this.checkQuota(snap.tenantId, { sessions: count, memoryMb: count * snap.settings.memoryMb });
+      for (let i = 0; i < count; i++) {
+        const id = newId('session');
+        await this.idempotency.note(id);
+        const agentToken = newAgentToken(id);
+        const r = newSessionRecord({
+          id, tenantId: snap.tenantId, backend: snap.backend, settings: snap.settings, objective,
+          metadata: {}, agentToken, reason: 'fork', parentSnapshotId: snap.id, now,
+        });
+        await this.o.store.sessions.insert(r);
+        branches.push({ r, agentToken });
+      }
+    });
     await this.audit(p, snap.tenantId, snap.sessionId, 'snapshot.fork', 'ok', { snapshotId, sessions: branches.map((b) => b.r.id) });
     await this.gate.inheritSnapshot(p, snap, branches.map((b) => b.r));
-    const results = await mapLimit(branches, this.o.forkConcurrency ?? 4, async ({ r }) => {
+    const results = await mapLimit(branches, this.forkConcurrency, async ({ r }) => {
       throwIfAborted(opts.signal);
       await d.restore(this.spec(r, r.sandboxId as string, r.identity), dir, opts);
       await this.transition(r, 'running');
@@ -636,12 +828,77 @@ export class SessionManager implements Engine {
     return Promise.all(branches.map(async ({ r, agentToken }) => ({ session: await this.info(r), agentToken })));
   }
 
+  /**
+   * One new session restored from an image with a fresh identity, as a fork branch is (engine/templates.ts
+   * starts sessions from templates with it). On failure the session ends failed and the error is thrown.
+   */
+  private async startFrom(p: Principal, snap: SnapshotRecord, input: { objective: string | null; metadata: Record<string, string>; idleTimeoutS?: number }, opts: CallOptions): Promise<{ session: SessionInfo; agentToken: string }> {
+    const d = this.driver(snap.backend);
+    if (!d.capabilities.fork) throw new UnavailableError(`the ${snap.backend} backend cannot start sessions from an image`);
+    const settings = input.idleTimeoutS === undefined ? snap.settings : { ...snap.settings, idleTimeoutS: resolveSettings({ idleTimeoutS: input.idleTimeoutS, backend: snap.backend }, this.defaults).settings.idleTimeoutS };
+    const id = newId('session');
+    await this.idempotency.note(id);
+    const agentToken = newAgentToken(id);
+    const r = newSessionRecord({
+      id, tenantId: snap.tenantId, backend: snap.backend, settings, objective: input.objective,
+      metadata: input.metadata, agentToken, reason: 'fork', parentSnapshotId: snap.id, now: this.o.clock.now(),
+    });
+    await this.mutex.run(`tenant:${snap.tenantId}`, async () => {
+      await this.checkQuota(snap.tenantId, { sessions: 1, memoryMb: settings.memoryMb });
+      await this.o.store.sessions.insert(r);
+    });
+    await this.audit(p, snap.tenantId, id, 'session.create', 'ok', { backend: snap.backend, fromSnapshot: snap.id, ...(snap.kind === 'template' ? { template: snap.name } : {}), objective: r.objective });
+    await this.mutex.run(id, async () => {
+      try {
+        await d.restore(this.spec(r, r.sandboxId as string, r.identity), this.o.snapshots.dir(snap.id), opts);
+        await this.transition(r, 'running');
+      } catch (e) {
+        await d.destroy(r.sandboxId as string).catch(() => undefined);
+        await this.transition(r, 'failed', { failureReason: `create failed: ${(e as Error).message}`, sandboxId: null });
+        throw e;
+      }
+    });
+    return { session: await this.info(r), agentToken };
+  }
+
+  /** Checkpoints a running session into a new image recorded with `fields`; its machine stops (the session is ended next). */
+  private async capture(id: string, fields: Pick<SnapshotRecord, 'name' | 'template'>, opts: CallOptions): Promise<SnapshotRecord> {
+    return this.mutex.run(id, async () => {
+      const r = await this.o.store.sessions.get(id);
+      if (!r || r.state !== 'running' || !r.sandboxId) throw new InvalidStateError(`session ${id} is ${r?.state ?? 'gone'}; it cannot be captured`, { details: { state: r?.state } });
+      const d = this.driver(r.backend);
+      const snapshotId = newId('snapshot');
+      await this.idempotency.note(snapshotId);
+      const dir = await this.o.snapshots.create(snapshotId);
+      try {
+        await d.checkpoint(r.sandboxId, dir, opts);
+        const rec: SnapshotRecord = {
+          id: snapshotId, tenantId: r.tenantId, sessionId: r.id, kind: 'template', name: fields.name, backend: r.backend,
+          settings: r.settings, sizeBytes: await this.o.snapshots.sizeBytes(snapshotId), createdAt: this.o.clock.now(),
+          ...(fields.template ? { template: fields.template } : {}),
+        };
+        await this.o.store.snapshots.insert(rec);
+        return rec;
+      } catch (e) {
+        await this.o.snapshots.delete(snapshotId);
+        throw e;
+      }
+    });
+  }
+
   // ---- audit and health -----------------------------------------------------------------------------
 
   async auditQuery(p: Principal, q: { sessionId?: string; afterSeq?: number; limit?: number }): Promise<AuditEntry[]> {
-    this.requireOperator(p, q.sessionId);
+    // A watcher reads its session's entries (the timeline), and only those.
+    if (p.kind === 'watcher') q = { ...q, sessionId: q.sessionId ?? p.id };
+    else this.requireOperator(p, q.sessionId);
     if (q.sessionId) await this.record(p, q.sessionId);
-    return this.o.audit.query({ ...q, ...(p.kind === 'operator' ? { tenantId: p.tenantId as string } : {}) });
+    return this.o.audit.query({ ...q, ...(p.kind === 'operator' || p.kind === 'watcher' ? { tenantId: p.tenantId as string } : {}) });
+  }
+
+  async recordConsoleAction(p: Principal, e: { action: string; outcome: string; data: Record<string, unknown> }): Promise<void> {
+    if (!e.action.startsWith('console.')) throw new AppError('internal', `console audit actions start with "console.", got ${e.action}`);
+    await this.audit(p, p.tenantId, null, e.action, e.outcome, e.data);
   }
 
   async auditVerify(p: Principal): Promise<VerifyResult> {
@@ -664,6 +921,7 @@ export class SessionManager implements Engine {
     // The same timer expires pending approvals past their time (the gate also checks lazily on every read).
     try {
       await this.gate.sweepExpired();
+      await this.gate.control.sweep(); // a lapsed lease ends now, and terminals hear of it
     } catch (e) {
       this.o.log?.(`approval expiry sweep failed: ${(e as Error).message}`);
     }
@@ -685,13 +943,15 @@ export class SessionManager implements Engine {
     return done;
   }
 
-  private async onSandboxExit(sandboxId: string, reason: string): Promise<void> {
+  private async onSandboxExit(sandboxId: string, reason: string, last?: SandboxStats): Promise<void> {
     const r = (await this.o.store.sessions.list({ states: ['running', 'paused'] })).find((s) => s.sandboxId === sandboxId);
     if (!r) return;
     await this.mutex.run(r.id, async () => {
       const cur = await this.o.store.sessions.get(r.id);
       if (!cur || cur.sandboxId !== sandboxId || (cur.state !== 'running' && cur.state !== 'paused')) return;
       await this.driver(cur.backend).destroy(sandboxId).catch(() => undefined);
+      // The dead incarnation's figures (peak memory above all, for an OOM) stay in the metering.
+      foldStats(cur, last);
       await this.transition(cur, 'failed', { failureReason: reason, sandboxId: null });
     });
   }
@@ -702,7 +962,7 @@ export class SessionManager implements Engine {
   }
 
   /** For recovery (engine/recovery.ts): a lock-held step on one record. */
-  async withRecord(id: string, fn: (r: SessionRecord, tools: { transition: (to: SessionState, patch?: Partial<SessionRecord>) => Promise<void>; spec: (sandboxId: string) => SandboxSpec; driver: SandboxDriver | undefined }) => Promise<void>): Promise<void> {
+  async withRecord(id: string, fn: (r: SessionRecord, tools: { transition: (to: SessionState, patch?: Partial<SessionRecord>) => Promise<void>; spec: (sandboxId: string) => SandboxSpec; driver: SandboxDriver | undefined; listenEgress: () => Promise<void> }) => Promise<void>): Promise<void> {
     await this.mutex.run(id, async () => {
       const r = await this.o.store.sessions.get(id);
       if (!r) return;
@@ -710,15 +970,18 @@ export class SessionManager implements Engine {
         transition: (to, patch) => this.transition(r, to, patch),
         spec: (sandboxId) => this.spec(r, sandboxId, r.identity),
         driver: this.o.drivers[r.backend],
+        listenEgress: () => this.listenEgress(r),
       });
     });
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    await this.terminals.close();
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
     await this.flush();
+    await this.requests.close().catch((e: unknown) => this.o.log?.(`refusal audit flush failed: ${(e as Error).message}`));
     for (const d of Object.values(this.o.drivers)) await d?.close();
   }
 }

@@ -68,7 +68,13 @@ export interface PendingCounts {
   execCount: number;
   bytesIn: number;
   bytesOut: number;
+  egressConnections: number;
+  egressRefused: number;
+  egressBytesOut: number;
+  egressBytesIn: number;
 }
+
+const COUNTS: readonly (keyof PendingCounts)[] = ['execCount', 'bytesIn', 'bytesOut', 'egressConnections', 'egressRefused', 'egressBytesOut', 'egressBytesIn'];
 
 /**
  * Counters and activity times gathered in memory between flushes, so the exec and file hot paths do not
@@ -78,10 +84,8 @@ export class PendingMeter {
   private readonly m = new Map<string, PendingCounts & { lastActivityAt: number }>();
 
   add(id: string, f: Partial<PendingCounts>, now: number): void {
-    const cur = this.m.get(id) ?? { execCount: 0, bytesIn: 0, bytesOut: 0, lastActivityAt: 0 };
-    cur.execCount += f.execCount ?? 0;
-    cur.bytesIn += f.bytesIn ?? 0;
-    cur.bytesOut += f.bytesOut ?? 0;
+    const cur = this.m.get(id) ?? { execCount: 0, bytesIn: 0, bytesOut: 0, egressConnections: 0, egressRefused: 0, egressBytesOut: 0, egressBytesIn: 0, lastActivityAt: 0 };
+    for (const k of COUNTS) cur[k] += f[k] ?? 0;
     cur.lastActivityAt = now;
     this.m.set(id, cur);
   }
@@ -94,9 +98,7 @@ export class PendingMeter {
   apply(r: SessionRecord): SessionRecord {
     const p = this.m.get(r.id);
     if (p) {
-      r.metering.execCount += p.execCount;
-      r.metering.bytesIn += p.bytesIn;
-      r.metering.bytesOut += p.bytesOut;
+      for (const k of COUNTS) r.metering[k] = (r.metering[k] ?? 0) + p[k];
       r.lastActivityAt = Math.max(r.lastActivityAt, p.lastActivityAt);
       this.m.delete(r.id);
     }
@@ -107,7 +109,8 @@ export class PendingMeter {
   peek(r: SessionRecord): SessionRecord {
     const p = this.m.get(r.id);
     if (!p) return r;
-    const metering = { ...r.metering, execCount: r.metering.execCount + p.execCount, bytesIn: r.metering.bytesIn + p.bytesIn, bytesOut: r.metering.bytesOut + p.bytesOut };
+    const metering = { ...r.metering };
+    for (const k of COUNTS) metering[k] = (metering[k] ?? 0) + p[k];
     return { ...r, metering, lastActivityAt: Math.max(r.lastActivityAt, p.lastActivityAt) };
   }
 }

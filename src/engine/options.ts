@@ -54,6 +54,22 @@ export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): 
   };
 }
 
+/**
+ * An engine option that counts or times something: an integer from `min` to `max`, or ConfigError naming the
+ * option (never clamped: `forkConcurrency: 0` used to stall a fork forever).
+ */
+export function intOption(field: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max) {
+    throw new ConfigError(`${field}: must be an integer from ${min} to ${max}, got ${String(v)}`, { details: { field, min, max } });
+  }
+  return v;
+}
+
+/** Fork branches restored at once: default 4, from 1 to LIMITS.forkCount.max. */
+export const resolveForkConcurrency = (v: number | undefined): number => intOption('forkConcurrency', v ?? 4, 1, LIMITS.forkCount.max);
+/** How often idle sessions are checked, ms: default 1000; 0 disables the timer; at most a day. */
+export const resolveIdleSweepMs = (v: number | undefined): number => intOption('idleSweepMs', v ?? 1000, 0, 86_400_000);
+
 export function validateDefaults(d: SessionDefaults): SessionDefaults {
   try {
     resolveSettings({}, d);

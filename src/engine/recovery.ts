@@ -5,8 +5,8 @@ import type { BackendName, SandboxDriver, SnapshotStore, Store } from '../core/i
 import type { SessionManager } from './manager.js';
 import { mapLimit } from './lock.js';
 
-/** Sessions recovered at once. */
-const RECOVERY_CONCURRENCY = 4;
+/** Sessions recovered at once (each is mostly waiting: a FIFO handshake, a cgroup write). */
+const RECOVERY_CONCURRENCY = 8;
 /** Tries per session before it is marked failed, and the pause between them, ms. */
 const RECOVERY_ATTEMPTS = 2;
 const RETRY_PAUSE_MS = 500;
@@ -16,6 +16,8 @@ export interface RecoveryReport {
   failed: string[];
   orphansRemoved: string[];
   snapshotDirsRemoved: string[];
+  /** Wall time of the whole recovery, ms (the restart-time figure of `npm run crashloop` includes it). */
+  elapsedMs: number;
 }
 
 /**
@@ -31,7 +33,8 @@ export async function recover(deps: {
   log?: (l: string) => void;
 }): Promise<RecoveryReport> {
   const { manager, store } = deps;
-  const report: RecoveryReport = { adopted: [], failed: [], orphansRemoved: [], snapshotDirsRemoved: [] };
+  const t0 = Date.now();
+  const report: RecoveryReport = { adopted: [], failed: [], orphansRemoved: [], snapshotDirsRemoved: [], elapsedMs: 0 };
   const open = await store.sessions.list({ states: ['creating', 'running', 'paused', 'hibernating', 'waking'] });
   // Bounded parallel: a restart with dozens of sessions waits for the slowest few, not the sum of all.
   await mapLimit(open, RECOVERY_CONCURRENCY, (rec) => settle(rec.id, () => manager.withRecord(rec.id, async (r, t) => {
@@ -42,7 +45,9 @@ export async function recover(deps: {
         return;
       }
       const sandboxId = r.sandboxId;
-      const alive = sandboxId ? await d.adopt(t.spec(sandboxId)).catch(() => false) : false;
+      // An adopt that throws (the backend could not tell) is not "gone": settle() retries the session and only
+      // then fails it; taking it as false would destroy a sandbox that may well be running.
+      const alive = sandboxId && r.state !== 'creating' ? await d.adopt(t.spec(sandboxId)) : false;
       switch (r.state) {
         case 'creating':
           if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
@@ -54,7 +59,10 @@ export async function recover(deps: {
           if (alive && sandboxId) {
             // The record is the truth about pause: a freeze or thaw interrupted by the crash is redone.
             if (r.state === 'paused') await d.pause(sandboxId);
-            else await d.resume(sandboxId);
+            else {
+              await d.resume(sandboxId);
+              await t.listenEgress(); // a paused one listens again when it is resumed
+            }
             report.adopted.push(r.id);
           } else {
             if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
@@ -147,6 +155,7 @@ export async function recover(deps: {
       deps.log?.(`cannot remove snapshot directory ${id}: ${(e as Error).message}`);
     }
   }
+  report.elapsedMs = Date.now() - t0;
   return report;
 }
 

@@ -5,7 +5,7 @@
  */
 import { InvalidArgumentError, type CallOptions, type ExecHandle, type ExecRequest, type Principal, type SandboxDriver, type SessionState } from '../core/index.js';
 import { countBytes, type PendingCounts } from './metering.js';
-import type { SandboxAccess } from './tools-exec.js';
+import type { SandboxAccess } from './executor.js';
 
 export interface LiveSandbox {
   d: SandboxDriver;

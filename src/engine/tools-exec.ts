@@ -4,51 +4,12 @@
  * gate checked. Each returns the raw output for the result stage to validate, or `outputError` when there is
  * no usable output (truncated, not JSON, a command tool that failed); checkResult() turns that into a refusal.
  */
-import type { CallOptions, ExecHandle, ExecRequest, FileEntry, FileStat, Principal } from '../core/index.js';
+import type { ExecHandle, ExecRequest } from '../core/index.js';
 import { parseCommandOutput, type ToolDefinition } from '../policy/index.js';
 import { HeadTail, streamFields } from './exec-output.js';
+import type { ExecContext, ExecOutcome } from './executor.js';
 import { HOME } from './gate-state.js';
 import { decodeUtf8, httpRequest } from './tools-http.js';
-
-/** The narrow surface of SessionManager the gate uses. Calls wake a hibernated session; none audits by itself. */
-export interface SandboxAccess {
-  realpath(sessionId: string, path: string, opts?: CallOptions): Promise<string>;
-  exec(sessionId: string, req: ExecRequest, opts?: CallOptions): Promise<ExecHandle>;
-  readFile(sessionId: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>>;
-  writeFile(sessionId: string, path: string, data: AsyncIterable<Uint8Array>, opts?: CallOptions): Promise<number>;
-  listFiles(sessionId: string, path: string, opts?: CallOptions): Promise<FileEntry[]>;
-  stat(sessionId: string, path: string, opts?: CallOptions): Promise<FileStat>;
-  /** Pauses a running session (audited as a lifecycle change by the system). False when it was not running. */
-  pauseForBreaker(sessionId: string): Promise<boolean>;
-  /** Resumes a paused session on behalf of `p` (the operator who reset the breaker). */
-  resume(p: Principal, sessionId: string): Promise<void>;
-}
-
-export type ExecOutcome = { output: unknown; outputError?: undefined } | { output?: undefined; outputError: string };
-
-export interface ExecLimits {
-  /**
-   * Bytes kept of stdout and of stderr (each) and of a file read. Past it shell.exec keeps the first and
-   * last halves (truncated: true); a file read or an operator tool's output is refused.
-   */
-  outputCapBytes: number;
-  /** Entries of fs.list kept; beyond it the result is refused. */
-  listCap: number;
-  /** shell.exec without timeoutMs (and command tools without one) is killed after this, ms. */
-  defaultTimeoutMs: number;
-  /** http.request deadline, ms. */
-  httpTimeoutMs: number;
-  /** http.request response body cap, bytes. */
-  httpMaxBytes: number;
-}
-
-export interface ExecContext {
-  sessionId: string;
-  sandboxes: SandboxAccess;
-  limits: ExecLimits;
-  httpAllow: readonly string[];
-  signal?: AbortSignal;
-}
 
 const enc = new TextEncoder();
 
@@ -156,7 +117,15 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
       };
     }
     case 'http.request':
-      return httpRequest(args, { allow: ctx.httpAllow, timeoutMs: limits.httpTimeoutMs, maxBytes: limits.httpMaxBytes, ...opts });
+      return httpRequest(args, {
+        allow: ctx.httpAllow,
+        cidrs: ctx.egressAllowCidr ?? [],
+        sessionId: ctx.sessionId,
+        timeoutMs: limits.httpTimeoutMs,
+        maxBytes: limits.httpMaxBytes,
+        ...(ctx.resolve ? { resolve: ctx.resolve } : {}),
+        ...opts,
+      });
   }
 }
 

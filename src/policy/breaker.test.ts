@@ -3,7 +3,7 @@ import { isAppError } from '../core/index.js';
 import { check, initialBreakerState, recordCall, recordOutcome, resetBreaker, resolveBreakerSettings } from './breaker.js';
 import type { BreakerState } from './types.js';
 
-const settings = resolveBreakerSettings({ maxIdenticalFailures: 3, maxCallsPerMinute: 5 });
+const settings = resolveBreakerSettings({ failures: 3, perMinute: 5 });
 
 function fail(s: BreakerState, key: string, now = 0): BreakerState {
   return recordOutcome(s, settings, { callKey: key, tool: 'shell.exec', failed: true }, now);
@@ -11,10 +11,10 @@ function fail(s: BreakerState, key: string, now = 0): BreakerState {
 
 describe('breaker settings', () => {
   it('defaults to 10 identical failures and 120 calls a minute', () => {
-    expect(resolveBreakerSettings()).toEqual({ maxIdenticalFailures: 10, maxCallsPerMinute: 120 });
+    expect(resolveBreakerSettings()).toEqual({ failures: 10, perMinute: 120 });
   });
   it('throws on invalid values instead of correcting them', () => {
-    for (const bad of [{ maxIdenticalFailures: 0 }, { maxCallsPerMinute: 1.5 }, { maxCallsPerMinute: -1 }]) {
+    for (const bad of [{ failures: 0 }, { perMinute: 1.5 }, { perMinute: -1 }]) {
       try {
         resolveBreakerSettings(bad);
         expect.unreachable();
@@ -77,7 +77,7 @@ describe('rate', () => {
   it('keeps a bounded number of call times', () => {
     let s = initialBreakerState();
     for (let i = 0; i < 100; i++) s = recordCall(s, settings, i);
-    expect(s.recentCalls.length).toBeLessThanOrEqual(settings.maxCallsPerMinute + 1);
+    expect(s.recentCalls.length).toBeLessThanOrEqual(settings.perMinute + 1);
   });
   it('does not heal when the window moves on', () => {
     let s = initialBreakerState();

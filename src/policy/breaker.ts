@@ -1,7 +1,7 @@
 /**
  * The circuit breaker, as pure state transitions. It trips on
- * - `maxIdenticalFailures` identical calls (same tool, same canonical arguments) failing in a row, or
- * - more than `maxCallsPerMinute` calls in any sliding 60 s window,
+ * - `failures` identical calls (same tool, same canonical arguments) failing in a row, or
+ * - more than `perMinute` calls in any sliding 60 s window,
  * and then stays open until an operator resets it (a rate trip does not heal by itself when the window
  * slides on: a runaway agent should be looked at).
  *
@@ -13,7 +13,7 @@ import { InvalidArgumentError } from '../core/index.js';
 import type { BreakerSettings, BreakerState } from './types.js';
 
 export const WINDOW_MS = 60_000;
-export const DEFAULT_BREAKER_SETTINGS: Readonly<BreakerSettings> = Object.freeze({ maxIdenticalFailures: 10, maxCallsPerMinute: 120 });
+export const DEFAULT_BREAKER_SETTINGS: Readonly<BreakerSettings> = Object.freeze({ failures: 10, perMinute: 120 });
 /** Upper bounds, so a session setting cannot make the state unbounded. */
 const MAX_IDENTICAL = 1_000_000;
 const MAX_RATE = 100_000;
@@ -23,11 +23,11 @@ export function resolveBreakerSettings(opts: Partial<BreakerSettings> = {}): Rea
   const pick = (name: keyof BreakerSettings, max: number): number => {
     const v = opts[name] ?? DEFAULT_BREAKER_SETTINGS[name];
     if (!Number.isSafeInteger(v) || v < 1 || v > max) {
-      throw new InvalidArgumentError(`breaker ${name} must be an integer from 1 to ${max}`, { details: { field: name, value: v } });
+      throw new InvalidArgumentError(`breaker.${name}: must be an integer from 1 to ${max}`, { details: { field: `breaker.${name}`, value: v } });
     }
     return v;
   };
-  return Object.freeze({ maxIdenticalFailures: pick('maxIdenticalFailures', MAX_IDENTICAL), maxCallsPerMinute: pick('maxCallsPerMinute', MAX_RATE) });
+  return Object.freeze({ failures: pick('failures', MAX_IDENTICAL), perMinute: pick('perMinute', MAX_RATE) });
 }
 
 export function initialBreakerState(): BreakerState {
@@ -40,17 +40,17 @@ function trip(state: BreakerState, now: number, kind: BreakerState['trip'], reas
 }
 
 /**
- * Counts a call starting at `now`. Keeps at most maxCallsPerMinute + 1 start times; when more than
- * maxCallsPerMinute fall within the last 60 s, the breaker trips (and this call is refused by check()).
+ * Counts a call starting at `now`. Keeps at most perMinute + 1 start times; when more than
+ * perMinute fall within the last 60 s, the breaker trips (and this call is refused by check()).
  */
 export function recordCall(state: BreakerState, settings: BreakerSettings, now: number): BreakerState {
   const since = now - WINDOW_MS;
   const recent = state.recentCalls.filter((t) => t > since);
   recent.push(now);
-  if (recent.length > settings.maxCallsPerMinute + 1) recent.splice(0, recent.length - (settings.maxCallsPerMinute + 1));
+  if (recent.length > settings.perMinute + 1) recent.splice(0, recent.length - (settings.perMinute + 1));
   const next: BreakerState = { ...state, recentCalls: recent };
-  if (recent.length > settings.maxCallsPerMinute) {
-    return trip(next, now, 'rate', `more than ${settings.maxCallsPerMinute} calls within 60 s`);
+  if (recent.length > settings.perMinute) {
+    return trip(next, now, 'rate', `more than ${settings.perMinute} calls within 60 s`);
   }
   return next;
 }
@@ -62,13 +62,13 @@ export interface CallOutcome {
   failed: boolean;
 }
 
-/** Records how a call ended; `maxIdenticalFailures` identical failures in a row trip the breaker. */
+/** Records how a call ended; `failures` identical failures in a row trip the breaker. */
 export function recordOutcome(state: BreakerState, settings: BreakerSettings, outcome: CallOutcome, now: number): BreakerState {
   if (!outcome.failed) return { ...state, streakKey: null, streakTool: null, streakFailures: 0 };
   const same = state.streakKey === outcome.callKey;
   const n = same ? state.streakFailures + 1 : 1;
   const next: BreakerState = { ...state, streakKey: outcome.callKey, streakTool: outcome.tool, streakFailures: n };
-  if (n >= settings.maxIdenticalFailures) {
+  if (n >= settings.failures) {
     return trip(next, now, 'identical_failures', `${n} identical ${outcome.tool} calls failed in a row`);
   }
   return next;
@@ -85,7 +85,7 @@ export function check(state: BreakerState, settings: BreakerSettings, now: numbe
   const since = now - WINDOW_MS;
   let n = 0;
   for (const t of state.recentCalls) if (t > since) n++;
-  if (n > settings.maxCallsPerMinute) return { tripped: true, reason: `more than ${settings.maxCallsPerMinute} calls within 60 s`, openedAt: null };
+  if (n > settings.perMinute) return { tripped: true, reason: `more than ${settings.perMinute} calls within 60 s`, openedAt: null };
   return { tripped: false };
 }
 

@@ -20,6 +20,9 @@ import { InvalidArgumentError } from '../core/index.js';
 import type { CedarValueJson, SchemaJson, TypeOfAttribute } from '@cedar-policy/cedar-wasm/nodejs';
 import { RISKS, type ToolDefinition } from './types.js';
 
+/** The Cedar action of a new outbound connection (policy/egress.ts re-exports it). */
+export const NET_CONNECT = 'net.connect';
+
 type Scalar = 'String' | 'Long' | 'Boolean';
 interface ArgSpec {
   name: string;
@@ -98,10 +101,11 @@ export function argsProjection(tool: ToolDefinition): ArgsProjection {
   });
 }
 
-function contextType(args: TypeOfAttribute<string>): TypeOfAttribute<string> {
+function contextType(args: TypeOfAttribute<string>, extra: Record<string, TypeOfAttribute<string>> = {}): TypeOfAttribute<string> {
   return {
     type: 'Record',
     attributes: {
+      ...extra,
       args,
       risk: { type: 'String', required: true },
       planStep: { type: 'String', required: false },
@@ -122,6 +126,15 @@ export function cedarSchemaFor(tools: readonly ToolDefinition[]): SchemaJson<str
       appliesTo: { principalTypes: ['Session'], resourceTypes: ['Tool'], context: contextType(argsProjection(t).type) },
     };
   }
+  // net.connect (policy/egress.ts): every new outbound connection. In the "write" group so group rules
+  // cover it; host, port and method are shown at the top of the context and, for rules written against
+  // tools, in args too.
+  if (NET_CONNECT in actions) throw new InvalidArgumentError(`tool ${JSON.stringify(NET_CONNECT)} is reserved`, { details: { tool: NET_CONNECT } });
+  const c = NET_CONNECT_PROJECTION.type as { attributes: Record<string, TypeOfAttribute<string>> };
+  actions[NET_CONNECT] = {
+    memberOf: [{ id: 'write' }],
+    appliesTo: { principalTypes: ['Session'], resourceTypes: ['Tool'], context: contextType(NET_CONNECT_PROJECTION.type, c.attributes) },
+  };
   return {
     '': {
       entityTypes: {
@@ -138,3 +151,14 @@ export function cedarSchemaFor(tools: readonly ToolDefinition[]): SchemaJson<str
     },
   } as SchemaJson<string>;
 }
+
+/** What Cedar sees of a connection: {host, port, method?}, as a tool-shaped definition so it projects like one. */
+export const NET_CONNECT_DEFINITION: ToolDefinition = Object.freeze({
+  name: NET_CONNECT,
+  description: 'a new outbound connection from the session (not a tool the agent calls)',
+  inputSchema: { type: 'object', required: ['host', 'port'], properties: { host: { type: 'string' }, port: { type: 'integer' }, method: { type: 'string' } } },
+  outputSchema: {},
+  risk: 'write',
+  executor: { kind: 'builtin', name: 'http.request' },
+}) as ToolDefinition;
+export const NET_CONNECT_PROJECTION: ArgsProjection = argsProjection(NET_CONNECT_DEFINITION);

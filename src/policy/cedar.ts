@@ -36,7 +36,7 @@ import {
 } from '@cedar-policy/cedar-wasm/nodejs';
 import { InvalidArgumentError, canonicalJson, sha256Hex } from '../core/index.js';
 import { BUILTIN_TOOLS } from './builtin-tools.js';
-import { argsProjection, cedarSchemaFor, type ArgsProjection } from './cedar-schema.js';
+import { NET_CONNECT, NET_CONNECT_DEFINITION, argsProjection, cedarSchemaFor, type ArgsProjection } from './cedar-schema.js';
 import type { Risk, ToolDefinition } from './types.js';
 
 /** Longest policy text accepted, in characters. */
@@ -246,7 +246,7 @@ export class PolicyEngine {
       preparsedSchemas.add(schemaName);
     }
     const compiled = new Map<string, CompiledTool>();
-    for (const tool of tools) {
+    for (const tool of [...tools, NET_CONNECT_DEFINITION]) {
       const slice: Record<string, string> = {};
       for (const p of policies) {
         if (actionScopeMatches(jsonById.get(p.id) as PolicyJson, tool)) slice[p.id] = textById.get(p.id) as string;
@@ -295,6 +295,8 @@ export class PolicyEngine {
       callsInSession: req.callsInSession,
     };
     if (req.planStep !== undefined) context.planStep = req.planStep;
+    // net.connect shows its destination at the top of the context as well (context.host, context.port).
+    if (req.tool === NET_CONNECT) Object.assign(context, args);
     const principal = { type: 'Session', id: req.sessionId };
     const metadataUid = { type: 'Metadata', id: req.sessionId };
     const resource = { type: 'Tool', id: req.tool };

@@ -11,7 +11,7 @@ import { defineTool } from './tools.js';
 import type { ApprovalRecordLike, BreakerState, Decision } from './types.js';
 
 const policy = PolicyEngine.compile(DEFAULT_POLICY_TEXT);
-const settings = resolveBreakerSettings({ maxIdenticalFailures: 3, maxCallsPerMinute: 10 });
+const settings = resolveBreakerSettings({ failures: 3, perMinute: 10 });
 const NOW = Date.UTC(2025, 0, 1, 12, 0, 0);
 
 function input(toolName: string, args: unknown, over: Partial<EvaluateInput> = {}): EvaluateInput {
@@ -23,6 +23,7 @@ function input(toolName: string, args: unknown, over: Partial<EvaluateInput> = {
     policy,
     breaker: { state: initialBreakerState(), settings },
     now: NOW,
+    httpAllow: ['api.example.com'],
     ...over,
   };
 }
@@ -288,5 +289,29 @@ describe('checkResult', () => {
     }
     const good = parseCommandOutput('{"n": 1}', { truncated: false });
     expect(good.ok && checkResult({ tool, argsDigest: d, output: good.value, breaker, now: NOW }).ok).toBe(true);
+  });
+});
+
+describe('evaluate: control lease (human_control)', () => {
+  const lease = { holder: 'operator:ten_1 (console cs_1)', since: NOW - 5000, expiresAt: NOW + 60_000 };
+
+  it("refuses an agent's call while a person holds the session, retryable, and the breaker does not count it", () => {
+    const state = initialBreakerState();
+    const out = evaluate(input('fs.read', { path: '/work/a.txt' }, { control: lease, breaker: { state, settings } }));
+    expect(deny(out.decision)).toEqual({ stage: 'control', code: 'human_control' });
+    expect(out.decision).toMatchObject({ retryable: true });
+    expect((out.decision as { reason: string }).reason).toMatch(/wait/i);
+    expect(out.verdicts.map((v) => [v.stage, v.verdict])).toEqual([['control', 'deny']]);
+    expect(out.breakerNext).toBe(state);
+  });
+
+  it('refuses before any other stage: even an unknown tool is answered human_control', () => {
+    expect(deny(evaluate(input('no.such', {}, { tool: undefined, control: lease })).decision).code).toBe('human_control');
+  });
+
+  it('lets the call through once the lease has lapsed, and never stops an operator', () => {
+    expect(evaluate(input('fs.read', { path: '/work/a.txt' }, { control: { ...lease, expiresAt: NOW } })).decision.effect).toBe('allow');
+    expect(evaluate(input('fs.read', { path: '/work/a.txt' }, { control: lease, caller: 'operator' })).decision.effect).toBe('allow');
+    expect(evaluate(input('fs.read', { path: '/work/a.txt' }, { control: null })).decision.effect).toBe('allow');
   });
 });

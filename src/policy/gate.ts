@@ -3,12 +3,22 @@
  * (`now` is passed in), no mutation of its input; persisted state comes back as values (planNext,
  * breakerNext) for the engine to store.
  *
+ * Every verdict on a call is made here; the engine only gathers facts (resolved paths, the approval held,
+ * the allow-list) and never builds a verdict itself.
+ *
  * Stage order (verdicts are reported in this order, and the first refusal ends evaluation):
- *   1. arguments  the tool exists; the arguments satisfy its input schema; path arguments are canonical
- *                 (the engine resolved them in the sandbox beforehand, see args.ts).
- *   2. policy     the tenant's Cedar policy (cedar.ts). Needs the plan step the call matches, so the plan
- *                 match is *computed* before Cedar runs and *reported* as stage 3.
- *   3. plan       while a plan is set, the call must be its next step (plan.ts).
+ *   0. control    while a person holds the session's control lease, an agent's call is refused (human_control,
+ *                 retryable); no other stage runs and the breaker does not count it.
+ *   0. breaker    an already open breaker refuses first, with no other stage run (the engine does not even
+ *                 resolve paths in the sandbox then: a paused machine cannot).
+ *   1. arguments  the tool exists; the arguments satisfy its input schema; every path argument could be
+ *                 resolved in the sandbox and is canonical (see args.ts); a call run on an operator's
+ *                 approval still has the approved arguments (a path may point elsewhere by now).
+ *   2. policy     http.request only to the session's allow-listed hosts (egress.ts); then the tenant's Cedar
+ *                 policy (cedar.ts). Cedar needs the plan step the call matches, so the plan match is
+ *                 *computed* before Cedar runs and *reported* as stage 3.
+ *   3. plan       while a plan is set, the call must be its next step (plan.ts), and the step it claims to be
+ *                 when it names one.
  *   4. approval   when a permit demanded approval: a matching, decided, unexpired, unused approval lets the
  *                 call through; otherwise the call is parked (ask) or refused.
  *   5. breaker    last, right before execution: an open breaker refuses the call. The call is counted towards
@@ -33,11 +43,13 @@ import { argsDigest, checkApproval } from './approval.js';
 import { isCanonicalPath } from './args.js';
 import { checkBreaker, recordCall, recordOutcome } from './breaker.js';
 import type { AuthorizeResult, PolicyEngine } from './cedar.js';
+import { checkHost } from './egress.js';
 import { matchPlan, type PlanMatch } from './plan.js';
 import { validateArgs, validateResult } from './schema.js';
 import type {
   ApprovalRecordLike,
   BreakerSettings,
+  ControlLease,
   BreakerState,
   Decision,
   DenyCode,
@@ -74,6 +86,34 @@ export interface EvaluateInput {
   now: number;
   /** Tool names offered to the agent, quoted when it asks for one that does not exist. */
   availableTools?: readonly string[];
+  /** Path arguments the engine could not resolve in the sandbox (args then holds them as the agent wrote them). */
+  unresolvedPaths?: readonly UnresolvedPath[];
+  /** Hosts http.request may reach (`host`, `host:port`, `*.domain`). Default none: every request is refused. */
+  httpAllow?: readonly string[];
+  /** The plan step the agent says this call is; refused when the plan matches it to another step. */
+  claimedStep?: string;
+  /**
+   * The call runs on `approval` because an operator approved it (not because the agent repeated it): arguments
+   * that no longer have the approved digest are refused rather than parked for a new approval.
+   */
+  runsOnApproval?: boolean;
+  /** The session's control lease, if someone took it (expired leases may be passed: evaluate ignores them). */
+  control?: ControlLease | null;
+  /**
+   * Who makes the call. A control lease stops agents only: an operator's own calls (and an approved call an
+   * operator runs) are the human acting. Default 'agent'.
+   */
+  caller?: 'agent' | 'operator';
+}
+
+export interface UnresolvedPath {
+  /** The argument's name. */
+  arg: string;
+  /** The path as the agent gave it. */
+  path: string;
+  /** Why the sandbox could not resolve it: the error's code and message. */
+  code: string;
+  message: string;
 }
 
 export interface Evaluation {
@@ -121,12 +161,19 @@ function policyDenyReason(subject: string, tool: ToolDefinition, res: AuthorizeR
   );
 }
 
-/** Runs stages 1–5 for one call. Throws only on engine bugs (inconsistent input), never for a refusal. */
+/** Whether `lease` stops a call by `caller` at `now`: held, unexpired, and the caller is an agent. */
+export function controlHeld(lease: ControlLease | null | undefined, caller: 'agent' | 'operator', now: number): lease is ControlLease {
+  return !!lease && caller === 'agent' && now < lease.expiresAt;
+}
+
+/** Runs stages 0–5 for one call. Throws only on engine bugs (inconsistent input), never for a refusal. */
 export function evaluate(input: EvaluateInput): Evaluation {
   const { toolName, tool, args, session, policy, now } = input;
   const { settings } = input.breaker;
   if (tool && tool.name !== toolName) throw new InvalidStateError(`tool definition ${tool.name} passed for a call to ${toolName}`);
+  if (input.runsOnApproval && !input.approval) throw new InvalidStateError('runsOnApproval without the approval it runs on');
   const verdicts: StageVerdict[] = [];
+
   const counted = recordCall(input.breaker.state, settings, now);
   let digest: string | null = null;
   try {
@@ -135,6 +182,27 @@ export function evaluate(input: EvaluateInput): Evaluation {
     digest = null;
   }
 
+  // 0. control: a person holds the session. Refused before anything else and not counted by the breaker (an
+  // agent politely retrying while it waits must not trip it); the call was never looked at, so it may be
+  // repeated unchanged.
+  if (controlHeld(input.control, input.caller ?? 'agent', now)) {
+    const lease = input.control;
+    const waitS = Math.max(1, Math.ceil((lease.expiresAt - now) / 1000));
+    return {
+      decision: {
+        effect: 'deny',
+        stage: 'control',
+        code: 'human_control',
+        reason:
+          `a person (${lease.holder}) has taken control of this session since ${new Date(lease.since).toISOString()}, so ${describeCall(toolName, args)} was not run. ` +
+          `Wait and call again later, unchanged: the call runs once they hand control back (at the latest when their lease lapses, in ${waitS} s without activity). Do not work around it`,
+        retryable: true,
+      },
+      verdicts: [{ stage: 'control', verdict: 'deny', code: 'human_control', detail: `control held by ${lease.holder}`, data: { holder: lease.holder, since: lease.since } }],
+      argsDigest: digest,
+      breakerNext: input.breaker.state,
+    };
+  }
   const deny = (stage: Stage, code: DenyCode, reason: string, detail: string, data?: Record<string, unknown>): Evaluation => {
     verdicts.push({ stage, verdict: 'deny', code, detail, ...(data ? { data } : {}) });
     const decision: DenyDecision = { effect: 'deny', stage, code, reason };
@@ -142,6 +210,18 @@ export function evaluate(input: EvaluateInput): Evaluation {
       stage === 'breaker' ? counted : recordOutcome(counted, settings, { callKey: digest ?? `${toolName}:unencodable`, tool: toolName, failed: true }, now);
     return { decision, verdicts, argsDigest: digest, breakerNext };
   };
+
+  // 0. an open breaker: nothing else is looked at
+  if (input.breaker.state.open) {
+    const why = input.breaker.state.reason ?? 'tripped';
+    return deny(
+      'breaker',
+      'breaker_open',
+      `the circuit breaker of this session is open (${why}), so no tool call runs until an operator resets it; stop and report what you were doing`,
+      `breaker open: ${why}`,
+      { openedAt: input.breaker.state.openedAt },
+    );
+  }
 
   // 1. arguments
   if (!tool) {
@@ -159,6 +239,16 @@ export function evaluate(input: EvaluateInput): Evaluation {
     );
   }
   const a = args as Record<string, unknown>;
+  const unresolved = input.unresolvedPaths?.[0];
+  if (unresolved) {
+    return deny(
+      'arguments',
+      'invalid_arguments',
+      `the ${unresolved.arg} argument of ${tool.name} (${quote(unresolved.path)}) cannot be resolved inside the sandbox (${unresolved.message}), so the call was not run`,
+      'path argument cannot be resolved',
+      { argument: unresolved.arg, error: unresolved.code },
+    );
+  }
   for (const p of tool.pathArgs ?? []) {
     const val = a[p];
     if (typeof val === 'string' && !isCanonicalPath(val)) {
@@ -174,14 +264,27 @@ export function evaluate(input: EvaluateInput): Evaluation {
   if (digest === null) {
     return deny('arguments', 'invalid_arguments', `the arguments for ${tool.name} are not plain JSON`, 'arguments not encodable');
   }
+  const subject = describeCall(tool.name, a);
+  if (input.runsOnApproval && input.approval && input.approval.argsDigest !== digest) {
+    return deny(
+      'arguments',
+      'invalid_arguments',
+      `${subject} no longer resolves to the arguments that were approved (a path now points elsewhere), so the approved call was not run; call again to ask for a new approval`,
+      'arguments changed since approval',
+      { approvalId: input.approval.id },
+    );
+  }
   verdicts.push({ stage: 'arguments', verdict: 'pass', detail: 'arguments valid', data: { argsDigest: digest } });
 
   // Plan match first: Cedar sees context.planStep. Reported as stage 3 below.
   const plan = input.plan ?? null;
   const match: PlanMatch | null = plan ? matchPlan(plan.plan, plan.state, tool.name, a) : null;
 
-  // 2. policy
-  const subject = describeCall(tool.name, a);
+  // 2. policy: egress first, then Cedar
+  if (tool.executor.kind === 'builtin' && tool.executor.name === 'http.request') {
+    const hc = checkHost(a.url as string, input.httpAllow ?? []);
+    if (!hc.ok) return deny('policy', 'policy_denied', `${subject} was not run: ${hc.reason}`, 'host not on the http allow-list', { host: hc.host });
+  }
   const res = policy.authorize({
     sessionId: session.id,
     tenantId: session.tenantId,
@@ -211,6 +314,14 @@ export function evaluate(input: EvaluateInput): Evaluation {
     verdicts.push({ stage: 'plan', verdict: 'skip', detail: 'no plan set' });
   } else if (!match.ok) {
     return deny('plan', 'off_plan', match.reason, 'call matches no next step of the plan', { expected: match.expected });
+  } else if (input.claimedStep !== undefined && input.claimedStep !== match.stepId) {
+    return deny(
+      'plan',
+      'off_plan',
+      `this ${tool.name} call is step ${quote(match.stepId)} of the plan, not ${quote(input.claimedStep)} as claimed, so it was not run`,
+      'call is not the step it claims',
+      { claimed: input.claimedStep, matched: match.stepId },
+    );
   } else {
     verdicts.push({ stage: 'plan', verdict: 'pass', detail: `matches step ${match.stepId}`, data: { stepId: match.stepId } });
   }

@@ -13,4 +13,6 @@ export * from './plan.js';
 export * from './breaker.js';
 export * from './approval.js';
 export * from './args.js';
+export * from './egress.js';
 export * from './gate.js';
+export * from './egress.js';

@@ -10,8 +10,8 @@ import { RISKS, type BuiltinToolName, type JsonSchema, type ToolDefinition, type
 /** Dotted lower-case segments: `shell.exec`, `acme.deploy-site`. */
 const TOOL_NAME_RE = /^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$/;
 const MAX_TOOL_NAME = 64;
-/** These are the Cedar action groups; a tool of the same name would be its own group. */
-const RESERVED_NAMES: ReadonlySet<string> = new Set(RISKS);
+/** The Cedar action groups (a tool of the same name would be its own group) and net.connect (egress). */
+const RESERVED_NAMES: ReadonlySet<string> = new Set([...RISKS, 'net.connect']);
 const BUILTIN_EXECUTORS: ReadonlySet<string> = new Set(['shell.exec', 'fs.read', 'fs.write', 'fs.list', 'http.request']);
 const DEFINITION_KEYS: ReadonlySet<string> = new Set([
   'name',

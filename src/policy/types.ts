@@ -9,8 +9,8 @@
 export const RISKS = ['read', 'write', 'irreversible'] as const;
 export type Risk = (typeof RISKS)[number];
 
-/** A JSON Schema (draft-07, as Ajv reads it by default) describing one JSON value. */
-export type JsonSchema = Record<string, unknown>;
+export type { JsonSchema } from '../core/index.js';
+import type { JsonSchema } from '../core/index.js';
 
 export type BuiltinToolName = 'shell.exec' | 'fs.read' | 'fs.write' | 'fs.list' | 'http.request';
 
@@ -43,8 +43,11 @@ export interface ToolDefinition {
   opaqueArgs?: readonly string[];
 }
 
-/** The stages, in the order the issue names them; evaluate() reports verdicts in this order. */
-export const STAGES = ['arguments', 'policy', 'plan', 'approval', 'breaker', 'result'] as const;
+/**
+ * The stages, in the order the issue names them; evaluate() reports verdicts in this order. `control` comes
+ * first: while a person holds the session's control lease, nothing else about an agent's call matters yet.
+ */
+export const STAGES = ['control', 'arguments', 'policy', 'plan', 'approval', 'breaker', 'result'] as const;
 export type Stage = (typeof STAGES)[number];
 
 /** Stable codes of a refusal. Agents and tests branch on these, never on reason text. */
@@ -57,6 +60,7 @@ export const DENY_CODES = [
   'approval_expired', // approval: nobody decided (or the call did not run) before the approval expired
   'breaker_open', // breaker: the session's breaker is tripped until an operator resets it
   'result_invalid', // result: the executor's output failed the tool's output schema, or was truncated
+  'human_control', // control: a person holds the session's control lease; retryable, the agent waits and calls again
 ] as const;
 export type DenyCode = (typeof DENY_CODES)[number];
 
@@ -78,6 +82,8 @@ export interface DenyDecision {
   code: DenyCode;
   /** Written for the agent: what was refused, why, and what it can do instead. */
   reason: string;
+  /** The same call may succeed later unchanged (human_control). Absent = false. */
+  retryable?: true;
 }
 
 export interface AskDecision {
@@ -107,55 +113,9 @@ export interface StageVerdict {
   data?: Record<string, unknown>;
 }
 
-// ---- plan ----------------------------------------------------------------------------------------------
+// ---- plan and breaker: persisted state, typed in src/core ----------------------------------------------
 
-export interface PlanStep {
-  id: string;
-  tool: string;
-  /** JSON Schema the call's (canonical) arguments must satisfy. */
-  arguments: JsonSchema;
-  /** May match again and again until a later step is taken. Default false. */
-  repeatable?: boolean;
-}
-
-export interface Plan {
-  objective: string;
-  steps: PlanStep[];
-}
-
-export interface PlanState {
-  /** Index of the first step not yet taken; steps.length when every step has been taken. */
-  cursor: number;
-  /** How many calls each step (by id) has consumed. */
-  consumed: Record<string, number>;
-}
-
-// ---- breaker -------------------------------------------------------------------------------------------
-
-export interface BreakerSettings {
-  /** Identical calls failing in a row that trip the breaker. Default 10. */
-  maxIdenticalFailures: number;
-  /** Calls allowed in any sliding 60 s window; the next one trips the breaker. Default 120. */
-  maxCallsPerMinute: number;
-}
-
-export type BreakerTrip = 'identical_failures' | 'rate';
-
-export interface BreakerState {
-  open: boolean;
-  /** When it tripped (ms), null while closed. */
-  openedAt: number | null;
-  trip: BreakerTrip | null;
-  /** Operator-facing explanation of the trip, null while closed. */
-  reason: string | null;
-  /** Start times (ms) of the most recent calls, oldest first, at most maxCallsPerMinute + 1 of them. */
-  recentCalls: number[];
-  /** Call key (tool + args digest) of the current failure streak. */
-  streakKey: string | null;
-  streakTool: string | null;
-  /** Length of the current streak of identical failing calls. */
-  streakFailures: number;
-}
+export type { BreakerSettings, BreakerState, BreakerTrip, Plan, PlanState, PlanStep } from '../core/index.js';
 
 // ---- approval ------------------------------------------------------------------------------------------
 
@@ -173,4 +133,16 @@ export interface ApprovalRecordLike {
   decidedAt: number | null;
   /** When the approved call ran; an approval runs exactly once. */
   usedAt: number | null;
+}
+
+// ---- control lease -------------------------------------------------------------------------------------
+
+/** A person's exclusive control lease on a session (the console's "Take control"). */
+export interface ControlLease {
+  /** Who holds it, as stored in records (`operator:ten_…`), with the console session when taken there. */
+  holder: string;
+  /** ms: when it was taken. */
+  since: number;
+  /** ms: it lapses at this time unless the holder acts again (inactivity timeout). */
+  expiresAt: number;
 }

@@ -20,10 +20,17 @@ const STATUS: Record<ErrorCode, number> = {
   // nginx's "client closed request": the caller went away or cancelled.
   cancelled: 499,
   result_invalid: 502,
+  // a gateway whose upstream (the port inside the sandbox) refused the connection
+  port_closed: 502,
   unavailable: 503,
   sandbox_failed: 503,
   config: 500,
   internal: 500,
+  // issue 12: quotas and the refusal rate limit
+  quota_exceeded: 429,
+  rate_limited: 429,
+  // the request is well formed but cannot be processed with this key (Stripe answers the same)
+  idempotency_mismatch: 422,
 };
 
 export function httpStatus(code: ErrorCode): number {
@@ -54,6 +61,8 @@ function codeForStatus(status: number): ErrorCode {
       return 'unavailable';
     case 504:
       return 'timeout';
+    case 429:
+      return 'rate_limited';
     default:
       return 'internal';
   }

@@ -110,8 +110,15 @@ export interface GateSettingsBody {
     /** Calls in any 60 s beyond which it trips; default 120. */
     perMinute?: number;
   };
-  /** Hosts http.request may reach: `host` (default port), `host:port`, `*.domain`. Default none. */
+  /**
+   * The session's egress allow-list, for its proxy and http.request: `host` and `*.domain` (ports 80 and
+   * 443), `host:port`, an IP, a CIDR. Replaces the list. Default none.
+   */
+  egressAllow?: string[];
+  /** Older name of egressAllow (give one of the two). */
   httpAllow?: string[];
+  /** Loopback, private, link-local and metadata ranges the session may reach anyway, as CIDRs. Default none. */
+  egressAllowCidr?: string[];
   /** Seconds an approval waits for a decision; 0 = forever. Default 3600. */
   approvalTtlS?: number;
 }
@@ -120,7 +127,11 @@ export interface GateView {
   sessionId: string;
   tenantId: string;
   tools: string[];
+  /** The egress allow-list. */
+  egressAllow: string[];
+  /** The same list under its older name. */
   httpAllow: string[];
+  egressAllowCidr: string[];
   approvalTtlS: number;
   breaker: {
     failures: number;
@@ -160,7 +171,9 @@ export const GateSettingsBodySchema = z.strictObject({
       perMinute: z.number().int().min(1).max(100_000).optional(),
     })
     .optional(),
+  egressAllow: z.array(z.string().min(1).max(300)).max(256).optional(),
   httpAllow: z.array(z.string().min(1).max(300)).max(256).optional(),
+  egressAllowCidr: z.array(z.string().min(1).max(64)).max(256).optional(),
   approvalTtlS: z.number().int().min(0).max(30 * 86_400).optional(),
 });
 

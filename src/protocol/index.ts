@@ -6,3 +6,7 @@ export * from './views.js';
 export * from './exec.js';
 export * from './gate.js';
 export * from './processes.js';
+export * from './quotas.js';
+export * from './templates.js';
+export * from './terminals.js';
+export * from './port-links.js';

@@ -7,10 +7,15 @@
  * view schema (view-schemas.ts) of each success status. Errors are documented for every route at once.
  */
 import * as z from 'zod';
+import * as C from './console.js';
 import * as G from './gate.js';
 import * as P from './processes.js';
+import * as Q from './quotas.js';
 import * as S from './schemas.js';
+import * as T from './templates.js';
 import * as V from './view-schemas.js';
+import * as TM from './terminals.js';
+import * as PL from './port-links.js';
 
 export type Method = 'get' | 'post' | 'put' | 'delete';
 
@@ -35,6 +40,8 @@ export interface RouteDoc {
   auth: 'none' | 'operator' | 'agent';
   query?: z.ZodObject;
   body?: Body;
+  /** Takes an `Idempotency-Key` header (issue 7 §11; documented in openapi.ts). */
+  idempotent?: true;
   /** Success statuses → body. Error statuses are added for every route (ErrorBody). */
   responses: Record<number, Body | { kind: 'none'; description: string }>;
 }
@@ -47,6 +54,9 @@ const ToolDefinitionBody = z.record(z.string(), z.unknown()).describe('{name, de
 const PlanBody = z.record(z.string(), z.unknown()).describe('{objective, steps: [{id, tool, arguments (a JSON Schema the call\'s arguments must match), repeatable?}]}');
 const McpMessage = z.record(z.string(), z.unknown()).describe('a JSON-RPC 2.0 message of the MCP protocol');
 
+const RECOVERED = 'recovered: the first request with this Idempotency-Key was cut off by a server restart; this is what it created, as it is now (Idempotency-Recovered: true)';
+/** A fork recovered after a restart: its sessions without agent tokens (they are not kept). */
+const RecoveredForkSchema = z.strictObject({ sessions: z.array(V.SessionViewSchema) });
 const json = (schema: z.ZodType, description?: string): Extract<Body, { kind: 'json' }> => ({ kind: 'json', schema, ...(description ? { description } : {}) });
 const lifecycle = (verb: string, summary: string): RouteDoc => ({
   method: 'post',
@@ -84,7 +94,8 @@ export const ROUTES: RouteDoc[] = [
     tag: 'sessions',
     auth: 'operator',
     body: json(S.CreateSessionBodySchema),
-    responses: { 201: json(V.CreatedSessionViewSchema, 'the session, with its agent token (shown once)') },
+    idempotent: true,
+    responses: { 201: json(V.CreatedSessionViewSchema, 'the session, with its agent token (shown once)'), 200: json(V.SessionViewSchema, RECOVERED) },
   },
   {
     method: 'get',
@@ -162,6 +173,34 @@ export const ROUTES: RouteDoc[] = [
     body: json(S.KillBodySchema),
     responses: { 200: json(V.ProcessKillViewSchema) },
   },
+  // ---- port links (issue 9 §3); the links themselves (`/p/<token>/…`, any method, WebSocket too, no token header) are served beside this table ----
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/port-links',
+    summary: 'A signed, expiring link to a port, for a browser (no token needed)',
+    description: '`url` (`<origin>/p/<token>/`) is shown this once: the server keeps only the SHA-256 of the token. Requests under it reach the port as through `…/ports/:port/` (prefix stripped, `X-Forwarded-Prefix: /p/<token>`). A link that is unknown, expired, revoked or whose session ended answers 404 `not_found`, the same for each. Operators only.',
+    tag: 'ports',
+    auth: 'operator',
+    body: json(PL.PortLinkCreateBodySchema),
+    responses: { 201: json(PL.PortLinkCreatedViewSchema) },
+  },
+  { method: 'get', path: '/v1/sessions/:id/port-links', summary: "The session's port links, in any state (without their URLs)", tag: 'ports', auth: 'operator', responses: { 200: json(PL.PortLinkListViewSchema) } },
+  { method: 'delete', path: '/v1/sessions/:id/port-links/:linkId', summary: 'Revoke a port link (idempotent)', tag: 'ports', auth: 'operator', responses: { 200: json(PL.PortLinkViewSchema) } },
+  // ---- terminals (issue 9 §2); the WebSocket routes (GET …/terminals and …/terminals/:termId with Upgrade) are served beside this table ----
+  {
+    method: 'get',
+    path: '/v1/sessions/:id/terminals',
+    summary: 'Terminals of the session, running and ended',
+    description: 'With `Upgrade: websocket` this path creates a terminal and attaches to it (query: cols, rows, cwd, command as a JSON array, env=K=V repeated, mode); `…/terminals/:termId` with Upgrade attaches (query: mode, ticket). Binary frames carry bytes; text frames carry JSON control (`resize`, `control` up; `hello`, `role`, `resize`, `exit`, `error` down). A watcher\'s input is refused with an `error` frame (code forbidden, details.reason not_controller).',
+    tag: 'terminals',
+    auth: 'operator',
+    responses: { 200: json(TM.TerminalListViewSchema) },
+  },
+  { method: 'post', path: '/v1/sessions/:id/terminals', summary: 'Open a terminal (attach to it later by id)', tag: 'terminals', auth: 'operator', body: json(TM.TerminalCreateBodySchema), responses: { 201: json(TM.TerminalViewSchema) } },
+  { method: 'get', path: '/v1/sessions/:id/terminals/:termId', summary: 'One terminal', tag: 'terminals', auth: 'operator', responses: { 200: json(TM.TerminalViewSchema) } },
+  { method: 'post', path: '/v1/sessions/:id/terminals/:termId/kill', summary: "Signal a terminal's process group (default SIGTERM)", tag: 'terminals', auth: 'operator', body: json(TM.TerminalKillBodySchema), responses: { 200: json(TM.TerminalKillViewSchema) } },
+  { method: 'post', path: '/v1/sessions/:id/terminals/:termId/tickets', summary: 'A single-use ticket (60 s) to attach a WebSocket with ?ticket= (browsers cannot set headers)', tag: 'terminals', auth: 'operator', responses: { 201: json(TM.TerminalTicketViewSchema) } },
+  { method: 'get', path: '/v1/sessions/:id/terminals/:termId/recording', summary: 'The asciicast v2 recording of the terminal', tag: 'terminals', auth: 'operator', responses: { 200: { kind: 'bytes', description: 'asciicast v2 (JSON lines)', mediaType: TM.ASCIICAST } } },
   // ---- files ----
   {
     method: 'put',
@@ -232,7 +271,8 @@ export const ROUTES: RouteDoc[] = [
     tag: 'snapshots',
     auth: 'operator',
     body: json(S.SnapshotBodySchema),
-    responses: { 201: json(V.SnapshotViewSchema) },
+    idempotent: true,
+    responses: { 201: json(V.SnapshotViewSchema), 200: json(V.SnapshotViewSchema, RECOVERED) },
   },
   { method: 'get', path: '/v1/snapshots', summary: 'List snapshots', tag: 'snapshots', auth: 'operator', query: S.ListSnapshotsQuerySchema, responses: { 200: json(V.SnapshotListViewSchema) } },
   { method: 'get', path: '/v1/snapshots/:id', summary: 'Show a snapshot', tag: 'snapshots', auth: 'operator', responses: { 200: json(V.SnapshotViewSchema) } },
@@ -244,8 +284,23 @@ export const ROUTES: RouteDoc[] = [
     tag: 'snapshots',
     auth: 'operator',
     body: json(S.ForkBodySchema),
-    responses: { 201: json(V.ForkViewSchema) },
+    idempotent: true,
+    responses: { 201: json(V.ForkViewSchema), 200: json(RecoveredForkSchema, RECOVERED) },
   },
+  // ---- templates (issue 8 §4) ----
+  {
+    method: 'post',
+    path: '/v1/templates',
+    summary: 'Build a template from a recipe; the answer streams the build',
+    description: 'Bad input (an unknown recipe field, a name in use, a missing `from`) is an ordinary error response. Then the answer is NDJSON: `started`, `session`, per step `step` → `stdout`/`stderr` (base64) → `exit`, then `capturing` and `done` with the template, or `error` (a failing step: invalid_argument naming recipe.run.N, with exitCode, stdout and stderr in details). Nothing of a failed build is kept. Closing the connection fails the build.',
+    tag: 'templates',
+    auth: 'operator',
+    body: json(T.BuildTemplateBodySchema),
+    responses: { 200: { kind: 'ndjson', line: T.TemplateBuildLineSchema, description: 'the build progress' } },
+  },
+  { method: 'get', path: '/v1/templates', summary: "List the tenant's templates", tag: 'templates', auth: 'operator', query: T.TemplateScopeQuerySchema, responses: { 200: json(T.TemplateListViewSchema) } },
+  { method: 'get', path: '/v1/templates/:name', summary: 'Show a template', tag: 'templates', auth: 'operator', query: T.TemplateScopeQuerySchema, responses: { 200: json(T.TemplateViewSchema) } },
+  { method: 'delete', path: '/v1/templates/:name', summary: 'Remove a template (sessions made from it keep running)', tag: 'templates', auth: 'operator', query: T.TemplateScopeQuerySchema, responses: { 200: json(V.OkViewSchema) } },
   // ---- tenants and audit ----
   { method: 'post', path: '/v1/tenants', summary: 'Create a tenant (root only)', tag: 'tenants', auth: 'operator', body: json(S.CreateTenantBodySchema), responses: { 201: json(V.CreatedTenantViewSchema, 'the tenant, with its API key (shown once)') } },
   { method: 'get', path: '/v1/tenants', summary: 'List tenants', tag: 'tenants', auth: 'operator', responses: { 200: json(V.TenantListViewSchema) } },
@@ -313,7 +368,7 @@ export const ROUTES: RouteDoc[] = [
     body: json(G.CallBodySchema),
     responses: { 200: json(V.CallResultViewSchema) },
   },
-  { method: 'post', path: '/v1/sessions/:id/calls', summary: 'Call a tool named in the body', tag: 'gate', auth: 'agent', body: json(G.CallsBodySchema), responses: { 200: json(V.CallResultViewSchema) } },
+  { method: 'post', path: '/v1/sessions/:id/calls', summary: 'Call a tool named in the body', tag: 'gate', auth: 'agent', body: json(G.CallsBodySchema), idempotent: true, responses: { 200: json(V.CallResultViewSchema) } },
   { method: 'get', path: '/v1/sessions/:id/approvals/:approvalId', summary: "One of the session's approvals, with the result once run", tag: 'gate', auth: 'agent', responses: { 200: json(V.ApprovalViewSchema) } },
   {
     method: 'put',
@@ -355,4 +410,76 @@ export const ROUTES: RouteDoc[] = [
     responses: { 200: json(V.PlanViewSchema) },
   },
   { method: 'delete', path: '/v1/sessions/:id/plan', summary: "Clear a session's plan", tag: 'gate', auth: 'operator', responses: { 200: json(V.PlanViewSchema) } },
+  // ---- tenant quotas (issue 12 §3) ----
+  { method: 'get', path: '/v1/tenants/:id', summary: 'A tenant with its quotas in force and what it uses (root: any; an operator: its own)', tag: 'tenants', auth: 'operator', responses: { 200: json(Q.TenantDetailViewSchema) } },
+  {
+    method: 'put',
+    path: '/v1/tenants/:id/quotas',
+    summary: "Set some of a tenant's quotas (root only); a request over a quota answers 429 quota_exceeded naming the limit and the current use",
+    tag: 'tenants',
+    auth: 'operator',
+    body: json(Q.SetTenantQuotasBodySchema),
+    responses: { 200: json(Q.TenantDetailViewSchema) },
+  },
+  // ---- the web console (issue 10): control leases, policy validation, live events, sign-in ----
+  { method: 'get', path: '/v1/sessions/:id/control', summary: "Who holds the session's control lease, if anyone", tag: 'console', auth: 'operator', responses: { 200: json(C.ControlViewSchema) } },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/control',
+    summary: 'Take control of a session (or renew your lease)',
+    description: "An exclusive lease: while it is held, the agent's tool calls are refused with `human_control` (retryable; nothing cuts its connection). Someone else's live lease: 409 conflict naming them. It lapses after 10 min without activity by its holder; taking it again renews it. Start and end are audited.",
+    tag: 'console',
+    auth: 'operator',
+    body: json(S.EmptyBodySchema, 'no body, or {}'),
+    responses: { 200: json(C.ControlViewSchema) },
+  },
+  { method: 'delete', path: '/v1/sessions/:id/control', summary: 'Hand control back to the agent (force: end someone else\'s lease)', tag: 'console', auth: 'operator', query: C.ReleaseControlQuerySchema, responses: { 200: json(C.ControlViewSchema) } },
+  {
+    method: 'post',
+    path: '/v1/policy/validate',
+    summary: 'Check a Cedar policy without saving it',
+    description: 'The checks of PUT /v1/policy against the tenant\'s tools; answers 200 with the errors (ok false) rather than refusing. Nothing is stored or audited.',
+    tag: 'console',
+    auth: 'operator',
+    query: G.TenantQuerySchema,
+    body: { kind: 'bytes', mediaType: 'text/plain', description: 'the Cedar text' },
+    responses: { 200: json(C.PolicyValidationViewSchema) },
+  },
+  {
+    method: 'get',
+    path: '/v1/events',
+    summary: 'Live audit entries (server-sent events)',
+    description: 'text/event-stream: `ready` with the starting seq, then one `audit` event (data: an AuditEntryView) per entry the caller may see, as it is appended; `after=SEQ` resumes. The console refreshes its pages from it.',
+    tag: 'console',
+    auth: 'operator',
+    responses: { 200: { kind: 'bytes', mediaType: 'text/event-stream', description: 'the event stream' } },
+  },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/watch-links',
+    summary: "Share a watch-only link to one session's console view",
+    description: 'Whoever opens `url` (until `expiresAt`, unless revoked) sees this session read-only in the console: state, plan, timeline, terminals to watch; nothing else, and no actions. The token is in the URL fragment and shown only here; only its SHA-256 is stored. Audited console.watch_link.create.',
+    tag: 'console',
+    auth: 'operator',
+    body: json(C.WatchLinkCreateBodySchema),
+    responses: { 201: json(C.WatchLinkCreatedViewSchema) },
+  },
+  { method: 'get', path: '/v1/sessions/:id/watch-links', summary: "The session's watch-only links (active, expired, revoked)", tag: 'console', auth: 'operator', responses: { 200: json(C.WatchLinkListViewSchema) } },
+  { method: 'delete', path: '/v1/sessions/:id/watch-links/:linkId', summary: 'Revoke a watch-only link (consoles open through it end); audited console.watch_link.revoke', tag: 'console', auth: 'operator', responses: { 200: json(C.WatchLinkViewSchema) } },
+  { method: 'post', path: '/v1/console/links', summary: 'A one-time console sign-in link for this token (valid 60 s)', tag: 'console', auth: 'operator', body: json(C.ConsoleLinkBodySchema), responses: { 201: json(C.ConsoleLinkViewSchema) } },
+  { method: 'get', path: '/v1/console/me', summary: 'Who the caller is, as the console shows it', tag: 'console', auth: 'operator', responses: { 200: json(C.ConsoleMeViewSchema) } },
+  { method: 'post', path: '/v1/console/signout', summary: 'End this console session (clears the cookie)', tag: 'console', auth: 'operator', body: json(S.EmptyBodySchema, 'no body, or {}'), responses: { 200: json(V.OkViewSchema) } },
+  {
+    method: 'post',
+    path: '/console/signin',
+    summary: "Exchange a sign-in code (once), a token or a watch link's token for the console cookie",
+    description: 'Sets an HttpOnly, SameSite=Strict cookie holding an opaque console session id (never the token). Requires the `x-berth-csrf: 1` header and, when sent, a same-origin Origin.',
+    tag: 'console',
+    auth: 'none',
+    body: json(C.ConsoleSignInBodySchema),
+    responses: { 200: json(C.ConsoleMeViewSchema) },
+  },
+  { method: 'get', path: '/', summary: 'The web console (HTML)', tag: 'console', auth: 'none', responses: { 200: { kind: 'bytes', mediaType: 'text/html', description: 'the console page' } } },
+  { method: 'get', path: '/assets/:file', summary: "The console's built assets", tag: 'console', auth: 'none', responses: { 200: { kind: 'bytes', mediaType: 'text/javascript', description: 'a script or stylesheet' } } },
+  // ---- end console ----
 ];

@@ -85,8 +85,20 @@ function parameters(r: RouteDoc): Json[] {
       out.push(p);
     }
   }
+  if (r.idempotent) out.push(IDEMPOTENCY_KEY_PARAM);
   return out;
 }
+
+/** The Idempotency-Key header (issue 7 §11): rules in src/engine/idempotency.ts, summed up here for clients. */
+const IDEMPOTENCY_KEY_PARAM: Json = {
+  name: 'Idempotency-Key',
+  in: 'header',
+  required: false,
+  schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[\\x20-\\x7e]{1,255}$' },
+  description:
+    'Makes a retry safe: kept 24 h per tenant and route. A retry with the same key and body gets the first answer again (header Idempotent-Replayed: true) and does nothing twice; ' +
+    'the same key with another body is 422 idempotency_mismatch; while the first still runs, 409 conflict (retryable). A request that did not run (refused before anything was done) frees the key.',
+};
 
 function content(b: Body, io: 'input' | 'output'): Json {
   switch (b.kind) {

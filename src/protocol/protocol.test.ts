@@ -19,6 +19,9 @@ describe('errors', () => {
       invalid_argument: 400,
       payload_too_large: 413,
       no_space: 507,
+      port_closed: 502,
+      quota_exceeded: 429,
+      rate_limited: 429,
       unauthenticated: 401,
       forbidden: 403,
       policy_denied: 403,
@@ -32,6 +35,7 @@ describe('errors', () => {
       sandbox_failed: 503,
       config: 500,
       internal: 500,
+      idempotency_mismatch: 422,
     };
     for (const code of ERROR_CODES) expect(httpStatus(code), code).toBe(expected[code]);
   });

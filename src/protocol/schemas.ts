@@ -89,6 +89,9 @@ export const CreateSessionBodySchema = z.strictObject({
   backend: BackendSchema.optional(),
   metadata: MetadataRecord.optional(),
   tenantId: z.string().min(1).max(64).optional(),
+  template: z.string().min(1).max(LIMITS.nameChars).optional(),
+  egressAllow: z.array(z.string().min(1).max(300)).max(256).optional(),
+  egressAllowCidr: z.array(z.string().min(1).max(64)).max(256).optional(),
 });
 
 export const ExecBodySchema = z.strictObject({

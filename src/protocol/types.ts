@@ -8,7 +8,8 @@ export interface SessionSettingsView {
   memoryMb: number;
   cpus: number;
   idleTimeoutS: number;
-  env: Record<string, string>;
+  /** The names of the environment variables given at create. Their values are secrets: never shown back. */
+  env: string[];
 }
 
 export interface MeteringView {
@@ -17,6 +18,12 @@ export interface MeteringView {
   execCount: number;
   bytesIn: number;
   bytesOut: number;
+  /** Outbound connections the egress gate allowed, and refused. */
+  egressConnections: number;
+  egressRefused: number;
+  /** Bytes the session sent out through egress, and received from it. */
+  egressBytesOut: number;
+  egressBytesIn: number;
   /** Seconds spent in each state so far, including the current one. */
   stateSeconds: Partial<Record<SessionState, number>>;
 }
@@ -62,7 +69,7 @@ export interface SnapshotView {
   tenantId: string;
   sessionId: string;
   name: string | null;
-  kind: 'named' | 'hibernation';
+  kind: 'named' | 'hibernation' | 'template';
   backend: BackendName;
   sizeBytes: number;
   createdAt: string;
@@ -91,6 +98,12 @@ export interface CreateSessionBody {
   metadata?: Record<string, string>;
   /** Root only: the tenant to create the session in (default: the caller's tenant, or "default"). */
   tenantId?: string;
+  /** Start from this template (its machine, processes running) instead of the base image; backend, memoryMb, cpus and env then come from it. */
+  template?: string;
+  /** The session's egress allow-list (`host`, `*.domain`, `host:port`, IP, CIDR); default none: no egress. */
+  egressAllow?: string[];
+  /** Loopback, private, link-local and metadata ranges (CIDRs) the session may reach anyway; default none. */
+  egressAllowCidr?: string[];
 }
 
 export interface ExecBody {

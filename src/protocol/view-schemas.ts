@@ -18,7 +18,7 @@ export const SessionSettingsViewSchema = z.strictObject({
   memoryMb: z.number().int(),
   cpus: z.number(),
   idleTimeoutS: z.number().int(),
-  env: z.record(z.string(), z.string()),
+  env: z.array(z.string()),
 });
 
 export const MeteringViewSchema = z.strictObject({
@@ -27,6 +27,10 @@ export const MeteringViewSchema = z.strictObject({
   execCount: z.number().int(),
   bytesIn: z.number(),
   bytesOut: z.number(),
+  egressConnections: z.number().int(),
+  egressRefused: z.number().int(),
+  egressBytesOut: z.number(),
+  egressBytesIn: z.number(),
   stateSeconds: z.partialRecord(SessionStateSchema, z.number()),
 });
 
@@ -58,7 +62,7 @@ export const SnapshotViewSchema = z.strictObject({
   tenantId: z.string(),
   sessionId: z.string(),
   name: z.string().nullable(),
-  kind: z.enum(['named', 'hibernation']),
+  kind: z.enum(['named', 'hibernation', 'template']),
   backend: BackendSchema,
   sizeBytes: z.number(),
   createdAt: Iso,
@@ -106,7 +110,7 @@ export const TenantViewSchema = z.strictObject({ id: z.string(), name: z.string(
 export const CreatedTenantViewSchema = z.strictObject({ id: z.string(), name: z.string(), createdAt: Iso, apiKey: z.string().describe('shown once') });
 export const TenantListViewSchema = z.strictObject({ tenants: z.array(TenantViewSchema) });
 
-export const PrincipalSchema = z.strictObject({ kind: z.enum(['root', 'operator', 'agent', 'system']), id: z.string(), tenantId: z.string().nullable() });
+export const PrincipalSchema = z.strictObject({ kind: z.enum(['root', 'operator', 'agent', 'system', 'anonymous', 'watcher']), id: z.string(), tenantId: z.string().nullable() });
 export const AuditEntryViewSchema = z.strictObject({
   seq: z.number().int(),
   ts: Iso,
@@ -178,13 +182,13 @@ export const HealthViewSchema = z.strictObject({
 
 const JsonObject = z.record(z.string(), z.unknown());
 const Risk = z.enum(['read', 'write', 'irreversible']);
-const Stage = z.enum(['arguments', 'policy', 'plan', 'approval', 'breaker', 'result']);
+const Stage = z.enum(['control', 'arguments', 'policy', 'plan', 'approval', 'breaker', 'result']);
 
 export const ToolViewSchema = z.strictObject({ name: z.string(), description: z.string(), inputSchema: JsonObject, outputSchema: JsonObject, risk: Risk });
 export const ToolListViewSchema = z.strictObject({ tools: z.array(ToolViewSchema) });
 export const CallResultViewSchema = z.discriminatedUnion('decision', [
   z.strictObject({ decision: z.literal('allow'), result: z.unknown(), approvalId: z.string().optional() }),
-  z.strictObject({ decision: z.literal('deny'), stage: Stage, code: z.string(), reason: z.string() }),
+  z.strictObject({ decision: z.literal('deny'), stage: Stage, code: z.string(), reason: z.string(), retryable: z.literal(true).optional() }),
   z.strictObject({ decision: z.literal('pending'), approvalId: z.string() }),
 ]);
 export const ApprovalViewSchema = z.strictObject({
@@ -236,7 +240,9 @@ export const GateViewSchema = z.strictObject({
   sessionId: z.string(),
   tenantId: z.string(),
   tools: z.array(z.string()),
+  egressAllow: z.array(z.string()),
   httpAllow: z.array(z.string()),
+  egressAllowCidr: z.array(z.string()),
   approvalTtlS: z.number().int(),
   breaker: z.strictObject({
     failures: z.number().int(),

@@ -18,7 +18,7 @@ export function iso(ms: number): string {
 }
 
 function settingsView(s: SessionSettings): SessionSettingsView {
-  return { memoryMb: s.memoryMb, cpus: s.cpus, idleTimeoutS: s.idleTimeoutS, env: { ...s.env } };
+  return { memoryMb: s.memoryMb, cpus: s.cpus, idleTimeoutS: s.idleTimeoutS, env: Object.keys(s.env).sort() };
 }
 
 /** Millisecond precision, in seconds. */
@@ -50,6 +50,10 @@ export function toSessionView(r: SessionRecord, now: number): SessionView {
       execCount: r.metering.execCount,
       bytesIn: r.metering.bytesIn,
       bytesOut: r.metering.bytesOut,
+      egressConnections: r.metering.egressConnections ?? 0,
+      egressRefused: r.metering.egressRefused ?? 0,
+      egressBytesOut: r.metering.egressBytesOut ?? 0,
+      egressBytesIn: r.metering.egressBytesIn ?? 0,
       stateSeconds,
     },
   };

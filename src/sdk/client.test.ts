@@ -59,7 +59,7 @@ describe('sessions', () => {
     const s = await berth.sessions.create({ objective: 'test', memoryMb: 256, env: { A: 'b' } });
     expect(s.id).toMatch(/^ses_/);
     expect(s.agentToken).toMatch(/^bta_/);
-    expect(s.info).toMatchObject({ state: 'running', settings: { memoryMb: 256, env: { A: 'b' } } });
+    expect(s.info).toMatchObject({ state: 'running', settings: { memoryMb: 256, env: ['A'] } });
     expect((s.info as any).agentToken).toBeUndefined();
     expect(s.toJSON()).toMatchObject({ id: s.id, agentToken: s.agentToken });
     const got = await berth.sessions.get(s.id);
@@ -251,9 +251,15 @@ describe('snapshots, tenants, audit', () => {
     const s = await asTenant.sessions.create();
     expect(s.info.tenantId).toBe(acme.id);
     expect(await code(asTenant.tenants.create('x'))).toBe('forbidden');
-    const entries = await berth.audit.query({ afterSeq: 0, limit: 10 });
-    expect(entries.map((e) => e.action)).toEqual(['tenant.create', 'session.create', 'session.state']);
-    expect(await berth.audit.verify()).toMatchObject({ ok: true, entries: 3 });
+    const entries = await berth.audit.query({ afterSeq: 0, limit: 100 });
+    // Reads (the tenant lists) are recorded as requests with their principal (issue 12 §2), and so is the refused create (at the end of its minute).
+    expect(entries.filter((e) => e.action !== 'request').map((e) => e.action)).toEqual(['tenant.create', 'session.create', 'session.state']);
+    expect(entries.filter((e) => e.action === 'request').map((e) => [e.principal.kind, e.data.route])).toEqual([
+      ['root', '/v1/tenants'],
+      ['root', '/v1/tenants'],
+      ['operator', '/v1/tenants'],
+    ]);
+    expect(await berth.audit.verify()).toMatchObject({ ok: true, entries: entries.length + 1 });
     expect(await code(asTenant.audit.verify())).toBe('forbidden');
   });
 });

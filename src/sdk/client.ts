@@ -32,9 +32,12 @@ import type {
   TenantView,
 } from '../protocol/types.js';
 import type { SessionState } from '../core/state.js';
+import type { SetTenantQuotasBody, TenantDetailView } from '../protocol/quotas.js';
 import { Transport, type Query, type ResolvedClientOptions } from './http.js';
 import { Session, type CallOpts } from './session.js';
 import { ApprovalsApi, GateApi, PlansApi, PolicyApi, ToolsApi } from './gate.js';
+import { TemplatesApi } from './templates.js';
+import { ConsoleApi, ControlApi } from './console.js';
 
 export interface BerthOptions {
   /** Server base URL. Default 'http://127.0.0.1:7070' (Berth.fromEnv in berth/sdk/node: $BERTH_URL). */
@@ -110,6 +113,12 @@ export class Berth {
   readonly policy: PolicyApi;
   readonly plans: PlansApi;
   readonly gate: GateApi;
+  /** Templates: build from a recipe, list, show, remove (start one with sessions.create({ template })). */
+  readonly templates: TemplatesApi;
+  /** Control leases: take a session over from its agent and hand it back (the console's "Take control"). */
+  readonly control: ControlApi;
+  /** Sign-in links, the console session, policy validation and the live event stream. */
+  readonly console: ConsoleApi;
   private readonly t: Transport;
 
   constructor(opts: BerthOptions = {}) {
@@ -124,6 +133,9 @@ export class Berth {
     this.policy = new PolicyApi(this.t);
     this.plans = new PlansApi(this.t);
     this.gate = new GateApi(this.t);
+    this.templates = new TemplatesApi(this.t);
+    this.control = new ControlApi(this.t);
+    this.console = new ConsoleApi(this.t);
   }
 
   /** GET /healthz (no token needed). */
@@ -135,10 +147,13 @@ export class Berth {
 class SessionsApi {
   constructor(private readonly t: Transport) {}
 
-  /** Starts a machine; resolves when it is running. The returned handle carries the agent token. */
+  /**
+   * Starts a machine; resolves when it is running. The returned handle carries the agent token. Sent with
+   * an Idempotency-Key and retried once on a connection error, so a lost answer does not start two.
+   */
   async create(opts: CreateSessionOptions = {}): Promise<Session> {
     const { signal, ...body } = opts;
-    return new Session(this.t, await this.t.json<CreatedSessionView>('POST', '/sessions', { json: body, signal, deadline: false }));
+    return new Session(this.t, await this.t.json<CreatedSessionView>('POST', '/sessions', { json: body, signal, deadline: false, idempotent: true }));
   }
   async get(id: string, opts: CallOpts = {}): Promise<Session> {
     return new Session(this.t, await this.t.json<SessionView>('GET', `/sessions/${enc(id)}`, { signal: opts.signal }));
@@ -169,10 +184,10 @@ class SnapshotsApi {
   async delete(id: string, opts: CallOpts = {}): Promise<void> {
     await this.t.json<OkView>('DELETE', `/snapshots/${enc(id)}`, { signal: opts.signal, deadline: false });
   }
-  /** Starts `count` (1..64, default 1) independent branches of a snapshot; each handle has its agent token. */
+  /** Starts `count` (1..64, default 1) independent branches of a snapshot; each handle has its agent token. Idempotent as create is. */
   async fork(id: string, opts: CallOpts & { count?: number } = {}): Promise<Session[]> {
     const body = opts.count === undefined ? {} : { count: opts.count };
-    const r = await this.t.json<ForkView>('POST', `/snapshots/${enc(id)}/fork`, { json: body, signal: opts.signal, deadline: false });
+    const r = await this.t.json<ForkView>('POST', `/snapshots/${enc(id)}/fork`, { json: body, signal: opts.signal, deadline: false, idempotent: true });
     return r.sessions.map((v) => new Session(this.t, v));
   }
 }
@@ -186,6 +201,14 @@ class TenantsApi {
   }
   async list(opts: CallOpts = {}): Promise<TenantView[]> {
     return (await this.t.json<TenantListView>('GET', '/tenants', { signal: opts.signal })).tenants;
+  }
+  /** A tenant with its quotas in force and what it uses (root: any tenant; an operator key: its own). */
+  get(id: string, opts: CallOpts = {}): Promise<TenantDetailView> {
+    return this.t.json<TenantDetailView>('GET', `/tenants/${encodeURIComponent(id)}`, { signal: opts.signal });
+  }
+  /** Root only: sets the given quotas (GB are GiB); the others keep their value. */
+  setQuotas(id: string, quotas: SetTenantQuotasBody, opts: CallOpts = {}): Promise<TenantDetailView> {
+    return this.t.json<TenantDetailView>('PUT', `/tenants/${encodeURIComponent(id)}/quotas`, { json: quotas, signal: opts.signal });
   }
 }
 

@@ -37,10 +37,13 @@ export class ToolsApi {
   async list(sessionId: string, opts: CallOpts = {}): Promise<ToolView[]> {
     return (await this.t.json<ToolListView>('GET', `${ses(sessionId)}/tools`, { signal: opts.signal })).tools;
   }
-  /** Calls a tool through the gate. A call may run as long as the tool does, so no client deadline applies. */
+  /**
+   * Calls a tool through the gate. A call may run as long as the tool does, so no client deadline applies.
+   * Sent with an Idempotency-Key and retried once if the connection fails, so the tool does not run twice.
+   */
   call(sessionId: string, tool: string, args: unknown = {}, opts: CallOpts & { step?: string } = {}): Promise<CallResultView> {
-    const json = { args, ...(opts.step !== undefined ? { step: opts.step } : {}) };
-    return this.t.json<CallResultView>('POST', `${ses(sessionId)}/tools/${enc(tool)}/call`, { json, signal: opts.signal, deadline: false });
+    const json = { tool, args, ...(opts.step !== undefined ? { step: opts.step } : {}) };
+    return this.t.json<CallResultView>('POST', `${ses(sessionId)}/calls`, { json, signal: opts.signal, deadline: false, idempotent: true });
   }
   /** Adds or replaces an operator tool of the tenant. */
   define(definition: unknown, opts: TenantOpts = {}): Promise<ToolDefinitionView> {

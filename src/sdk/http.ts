@@ -29,7 +29,16 @@ export interface SendOptions {
   acceptStatus?: number[];
   /** Under /v1 (default) or at the root (/healthz). */
   root?: boolean;
+  /**
+   * Send a fresh random Idempotency-Key and, when the connection fails (no HTTP answer came), send the
+   * request once more with the same key: the server answers the retry with the first attempt's answer
+   * instead of doing it twice. HTTP errors are not retried. Only for bodies that can be sent twice (JSON).
+   */
+  idempotent?: boolean;
 }
+
+/** The header the server dedupes creating POSTs by (issue 7 §11). */
+export const IDEMPOTENCY_HEADER = 'idempotency-key';
 
 export class Transport {
   constructor(readonly o: ResolvedClientOptions) {}
@@ -70,11 +79,20 @@ export class Transport {
       init.window = null;
       init.redirect = 'error';
     }
+    if (opts.idempotent) headers[IDEMPOTENCY_HEADER] = idempotencyKey();
+    const url = this.url(path, opts.query, opts.root, opts.multi);
     let res: Response;
     try {
-      res = await this.o.fetch(this.url(path, opts.query, opts.root, opts.multi), init);
+      res = await this.o.fetch(url, init);
     } catch (e) {
-      throw this.failure(e, signal, `${method} ${path}`);
+      const failure = this.failure(e, signal, `${method} ${path}`);
+      // Once, on a connection error only (not the caller's abort or deadline), with the same key.
+      if (!opts.idempotent || failure.code !== 'unavailable' || typeof body !== 'string') throw failure;
+      try {
+        res = await this.o.fetch(url, init);
+      } catch (e2) {
+        throw this.failure(e2, signal, `${method} ${path}`);
+      }
     }
     if (!res.ok && !opts.acceptStatus?.includes(res.status)) {
       const text = await res.text().catch(() => '');
@@ -116,4 +134,17 @@ export class Transport {
     }
     return new AppError('unavailable', `cannot reach Berth at ${this.o.url} (${what}): ${why}`, { cause: e, retryable: true });
   }
+}
+
+/** A random key for Idempotency-Key. `crypto.randomUUID` exists only in secure contexts (a console page
+ *  served over plain http on a LAN has none); `getRandomValues` exists everywhere the web platform does. */
+function idempotencyKey(): string {
+  const c = globalThis.crypto;
+  if (typeof c?.randomUUID === 'function') return c.randomUUID();
+  if (typeof c?.getRandomValues !== 'function') throw new AppError('config', 'no Web Crypto here: the SDK needs crypto.getRandomValues for idempotency keys');
+  const b = c.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6]! & 0x0f) | 0x40;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }

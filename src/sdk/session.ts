@@ -20,7 +20,9 @@ export interface WatchLineEvent {
 }
 import { Execution, type ExecOptions, type ExecResult } from './exec.js';
 import type { Transport } from './http.js';
+import { SessionPorts } from './ports.js';
 import { BackgroundProcess, SessionProcesses } from './processes.js';
+import { SessionTerminals } from './terminals.js';
 import { toBody, type BytesSource } from './streams.js';
 
 export interface CallOpts {
@@ -51,6 +53,10 @@ export class Session {
   readonly files: SessionFiles;
   /** Background processes (they outlive every stream; the sandbox keeps their output). */
   readonly processes: SessionProcesses;
+  /** Servers listening inside the sandbox: proxy URLs, and (Node entry) local forwards. */
+  readonly ports: SessionPorts;
+  /** Terminals (PTYs kept in the sandbox): create, attach, list, kill, recording. */
+  readonly terminals: SessionTerminals;
 
   constructor(
     private readonly t: Transport,
@@ -62,6 +68,8 @@ export class Session {
     this.info = info;
     this.files = new SessionFiles(t, info.id);
     this.processes = new SessionProcesses(t, info.id);
+    this.ports = new SessionPorts(t, info.id);
+    this.terminals = new SessionTerminals(t, info.id);
   }
 
   get state(): SessionView['state'] {
@@ -95,7 +103,7 @@ export class Session {
     return this.lifecycle('wake', opts);
   }
   snapshot(opts: CallOpts & { name?: string } = {}): Promise<SnapshotView> {
-    return this.t.json<SnapshotView>('POST', this.path('/snapshots'), { json: opts.name === undefined ? {} : { name: opts.name }, signal: opts.signal, deadline: false });
+    return this.t.json<SnapshotView>('POST', this.path('/snapshots'), { json: opts.name === undefined ? {} : { name: opts.name }, signal: opts.signal, deadline: false, idempotent: true });
   }
   async terminate(opts: CallOpts = {}): Promise<void> {
     await this.t.json<TerminatedView>('DELETE', this.path(), { signal: opts.signal, deadline: false });

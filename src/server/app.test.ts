@@ -95,7 +95,8 @@ describe('sessions', () => {
   it('create returns the created view with the agent token and no secrets', async () => {
     const r = await call('POST', '/v1/sessions', { objective: 'x', memoryMb: 1024, cpus: 0.5, env: { FOO: 'bar' }, metadata: { k: 'v' } });
     expect(r.status).toBe(201);
-    expect(r.json).toMatchObject({ state: 'running', backend: 'gvisor', objective: 'x', settings: { memoryMb: 1024, cpus: 0.5, env: { FOO: 'bar' } } });
+    expect(r.json).toMatchObject({ state: 'running', backend: 'gvisor', objective: 'x', settings: { memoryMb: 1024, cpus: 0.5, env: ['FOO'] } });
+    expect(JSON.stringify(r.json)).not.toContain('bar');
     expect(r.json.id).toMatch(/^ses_/);
     expect(r.json.agentToken).toMatch(/^bta_/);
     expect(r.text).not.toMatch(/agentTokenHash|sandboxId|-g1\b/);
@@ -217,6 +218,8 @@ describe('bad input', () => {
   for (const [count, ok] of [[0, false], [65, false], [1.5, false], ['2', false], [64, true]] as const) {
     it(`fork count ${JSON.stringify(count)} → ${ok ? 201 : 400}`, async () => {
       const s = await createSession();
+      // 64 branches of 512 MiB may be more than this host's memory, the default quota (issue 12 §3).
+      await call('PUT', `/v1/tenants/${(s as unknown as { tenantId: string }).tenantId}/quotas`, { maxMemoryMb: 1 << 20 });
       const snap = await call('POST', `/v1/sessions/${s.id}/snapshots`, {});
       const r = await call('POST', `/v1/snapshots/${snap.json.snapshotId}/fork`, { count });
       expect(r.status).toBe(ok ? 201 : 400);
@@ -478,6 +481,12 @@ describe('snapshots, tenants, audit', () => {
     expect(q.json.entries.map((e: any) => [e.seq, e.action, e.principal.kind])).toEqual([[1, 'session.create', 'root'], [2, 'session.state', 'system']]);
     expect(q.json.entries[0]).toMatchObject({ ts: expect.any(String), tsMs: now });
     expect((await call('GET', '/v1/audit?afterSeq=1&limit=2')).json.entries.map((e: any) => e.seq)).toEqual([2, 3]);
-    expect((await call('GET', '/v1/audit/verify')).json).toMatchObject({ ok: true, entries: 4 });
+    // Reads are recorded too (issue 12 §2): the two queries above are entries 5 and 6.
+    const reads = (await call('GET', '/v1/audit?afterSeq=4')).json.entries;
+    expect(reads.map((e: any) => [e.action, e.data.route, e.data.target])).toEqual([
+      ['request', '/v1/audit', { session: s.id }],
+      ['request', '/v1/audit', {}],
+    ]);
+    expect((await call('GET', '/v1/audit/verify')).json).toMatchObject({ ok: true, entries: 7 });
   });
 });

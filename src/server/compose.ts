@@ -1,4 +1,5 @@
-import { existsSync } from 'node:fs';
+import { existsSync, statfsSync } from 'node:fs';
+import { totalmem } from 'node:os';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +9,7 @@ import { QemuDriver } from '../drivers/qemu/driver.js';
 import { ensureRootfs, rootfsImagePath } from '../drivers/image/rootfs.js';
 import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
 import { recover, type RecoveryReport } from '../engine/recovery.js';
+import { resolveIdleSweepMs } from '../engine/options.js';
 import { newSecret } from '../engine/auth.js';
 import { SqliteStore, openSqliteStore } from '../store/sqlite.js';
 import { verifyAudit, type VerifiableAuditLog } from '../store/audit.js';
@@ -16,6 +18,23 @@ import { LocalSnapshotStore } from '../store/snapshot-dir.js';
 import type { Engine } from '../engine/api.js';
 import { AuditProofs } from '../engine/audit-proofs.js';
 import { checkAuditAtStart, ledgerPathFor, openAuditKey } from '../store/audit-key.js';
+import { DEFAULT_QUOTAS } from '../engine/quotas.js';
+import type { TenantQuotas } from '../core/index.js';
+
+/**
+ * Quotas of a tenant root has not limited: one machine's worth, so a single tenant can use this host
+ * whole but no more (its memory, the data directory's disk); sessions and egress keep DEFAULT_QUOTAS.
+ */
+export function machineQuotas(dataDir: string): TenantQuotas {
+  let diskGb = DEFAULT_QUOTAS.maxSnapshotGb;
+  try {
+    const st = statfsSync(dataDir);
+    diskGb = Math.max(1, Math.floor((st.blocks * st.bsize) / 2 ** 30));
+  } catch {
+    // the directory is made later; keep the fixed default
+  }
+  return { ...DEFAULT_QUOTAS, maxMemoryMb: Math.floor(totalmem() / 2 ** 20), maxSnapshotGb: diskGb };
+}
 
 export interface BerthOptions {
   /** Data directory (SQLite file, snapshots, sandbox state, root.key). Required. */
@@ -147,6 +166,7 @@ export interface EngineParts {
 export async function composeEngine(parts: EngineParts): Promise<Berth> {
   const { store, snapshots, drivers, clock } = parts;
   const log = parts.log ?? (() => undefined);
+  const sweepMs = resolveIdleSweepMs(parts.idleSweepMs);
   const keyPath = resolve(parts.auditKeyPath ?? join(parts.dataDir, 'audit.key'));
   // The Merkle tree and signed heads live in the embedded store; a PostgreSQL store has the chain only (for now).
   const sqlite = store instanceof SqliteStore ? store : undefined;
@@ -173,11 +193,12 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
     rootKeyHash: sha256Hex(parts.rootKey),
     clock,
     defaults: parts.defaults,
+    quotaDefaults: machineQuotas(parts.dataDir),
     log,
+    terminalRecordDir: join(parts.dataDir, 'terminals'),
   });
   await manager.start();
   const recovery = await recover({ manager, store, snapshots, drivers, log });
-  const sweepMs = parts.idleSweepMs ?? 1000;
   let sweeping = false;
   const timer = sweepMs > 0
     ? setInterval(() => {

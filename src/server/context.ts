@@ -6,7 +6,7 @@ import type { Engine } from '../engine/api.js';
 import { LIMITS, parseInput } from '../protocol/index.js';
 import type { Logger } from './log.js';
 
-export type Env = { Variables: { principal: Principal; requestId: string } };
+export type Env = { Variables: { principal: Principal; requestId: string; /** Set for requests through a console session (console-auth.ts). */ consoleHandle?: string; /** Set when an Idempotency-Key answered from what a first attempt did (server/idempotency.ts). */ idempotency?: 'replayed' | 'recovered' } };
 export type Ctx = Context<Env, any>;
 
 export interface RouteDeps {

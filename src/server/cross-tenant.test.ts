@@ -80,6 +80,26 @@ describe('another tenant\'s or another session\'s ids', () => {
       expect(list.status, `${who}: GET /v1/snapshots?sessionId=`).toBe(404);
       expect((await call(token, 'GET', `/v1/snapshots/${snap.json.snapshotId}`)).status).toBe(404);
     }
+    // Every probe left an audit entry (issue 12 §2): the refusals of each prober fold into one entry per
+    // reason and minute that lists every route and target it tried.
+    await t.engine.requests.flush();
+    const refused: any[] = [];
+    for await (const e of t.store.audit.scan()) if (e.action === 'request.refused') refused.push(e);
+    for (const [who, p] of [['operator of another tenant', { kind: 'operator', id: a.json.id }], ["another session's agent", { kind: 'agent', id: sesA.id }]] as const) {
+      const mine = refused.filter((e) => e.principal.kind === p.kind && e.principal.id === p.id && e.data.reason === 'not_found');
+      // One entry, or two when the probes straddled a minute (the system clock runs here).
+      expect(mine.length, who).toBeGreaterThanOrEqual(1);
+      expect(mine.length, who).toBeLessThanOrEqual(2);
+      expect(mine.reduce((n, e) => n + (e.data.count as number), 0), who).toBe(SESSION_ROUTES.length + 2);
+      const tried = new Set(mine.flatMap((e) => e.data.requests as Array<{ method: string; route: string; target: Record<string, string> }>).map((r) => `${r.method} ${r.route} ${r.target.session ?? r.target.snapshot}`));
+      for (const [method, suffix] of SESSION_ROUTES) {
+        const route = `/v1/sessions/:session${suffix.split('?')[0]!.replace(/exe_0+/, ':exec').replace(/apr_0+/, ':approval')}`;
+        expect(tried.has(`${method} ${route} ${sesB.id}`), `${who}: ${method} ${route}`).toBe(true);
+      }
+      expect(tried.has(`GET /v1/snapshots ${sesB.id}`), who).toBe(true);
+      expect(tried.has(`GET /v1/snapshots/:snapshot ${snap.json.snapshotId}`), who).toBe(true);
+    }
+
     // Its owner still sees it, and a session id that never existed is not found for root either.
     const own = await call(keyB, 'GET', `/v1/snapshots?sessionId=${sesB.id}`);
     expect(own.status).toBe(200);

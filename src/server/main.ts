@@ -17,9 +17,10 @@ import { createApp } from './app.js';
 import { createBerth, type Berth } from './compose.js';
 import { lockDataDir } from './datalock.js';
 import { LOG_LEVELS, createJsonLogger, type LogLevel, type Logger } from './log.js';
-import { startServer, type RunningServer } from './serve.js';
+import { startServer, type RunningServer, type UpgradeHandler } from './serve.js';
 import { StartupProgress, startingGate, terminalProgress } from './starting.js';
 import { parseCheckpointTarget, parseDuration, startCheckpointPublisher, type CheckpointTarget } from './audit-publisher.js';
+import { upgradeHandlers } from './upgrades.js';
 
 export interface ServeOptions {
   port: number;
@@ -34,10 +35,12 @@ export interface ServeOptions {
   acceptAuditRollback: boolean;
   /** Both set or neither (src/server/audit-publisher.ts). */
   checkpoints?: { everyMs: number; to: CheckpointTarget };
+  /** --console-idle-logoff: a web-console session ends after this long idle, ms. Default 15 min. */
+  consoleIdleMs?: number;
 }
 
 export const SERVE_USAGE =
-  'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR] [--image-cache DIR] [--database postgres://…] [--audit-key FILE] [--accept-audit-rollback] [--checkpoint-every 5m --checkpoint-to FILE|URL]';
+  'berth serve [--port 7070] [--host 127.0.0.1] [--data DIR] [--image-cache DIR] [--database postgres://…] [--audit-key FILE] [--accept-audit-rollback] [--checkpoint-every 5m --checkpoint-to FILE|URL] [--console-idle-logoff 15m]';
 
 function usage(message: string): InvalidArgumentError {
   return new InvalidArgumentError(message, { details: { usage: SERVE_USAGE } });
@@ -47,6 +50,7 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
   let values: {
     port?: string; host?: string; data?: string; 'image-cache'?: string; database?: string;
     'audit-key'?: string; 'accept-audit-rollback'?: boolean; 'checkpoint-every'?: string; 'checkpoint-to'?: string;
+    'console-idle-logoff'?: string;
   };
   try {
     ({ values } = parseArgs({
@@ -54,6 +58,7 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
       options: {
         port: { type: 'string' }, host: { type: 'string' }, data: { type: 'string' }, 'image-cache': { type: 'string' }, database: { type: 'string' },
         'audit-key': { type: 'string' }, 'accept-audit-rollback': { type: 'boolean' }, 'checkpoint-every': { type: 'string' }, 'checkpoint-to': { type: 'string' },
+        'console-idle-logoff': { type: 'string' },
       },
       allowPositionals: false,
       strict: true,
@@ -87,6 +92,7 @@ export function parseServeArgs(argv: string[], env: NodeJS.ProcessEnv, cwd: stri
     auditKeyPath: auditKey ? resolve(cwd, auditKey) : join(dataDir, 'audit.key'),
     acceptAuditRollback: values['accept-audit-rollback'] ?? false,
     ...(checkpoints ? { checkpoints } : {}),
+    ...(values['console-idle-logoff'] !== undefined ? { consoleIdleMs: parseDuration(values['console-idle-logoff'], '--console-idle-logoff') } : {}),
   };
 }
 
@@ -100,9 +106,11 @@ export async function serveMain(argv: string[]): Promise<void> {
   // progress and /v1 answers 503 unavailable, instead of the port refusing connections.
   const progress = new StartupProgress();
   const gate = startingGate(progress);
+  // Upgrades (WebSocket terminals and ports, port-forward) reach the engine once it is there; before, 503.
+  const upgrades: { handlers: UpgradeHandler[] | null } = { handlers: null };
   let server: RunningServer;
   try {
-    server = await startServer({ app: gate, host: opts.host, port: opts.port, log });
+    server = await startServer({ app: gate, host: opts.host, port: opts.port, log, upgrades });
   } catch (e) {
     lock.release();
     throw e;
@@ -125,9 +133,10 @@ export async function serveMain(argv: string[]): Promise<void> {
   const publisher = opts.checkpoints && proofs
     ? startCheckpointPublisher({ ...opts.checkpoints, log, checkpoint: async () => proofs.checkpoint(await berth.engine.authenticate(berth.rootKey)) })
     : undefined;
-  gate.ready(createApp({ engine: berth.engine, log }));
+  gate.ready(createApp({ engine: berth.engine, log, ...(opts.consoleIdleMs !== undefined ? { console: { idleMs: opts.consoleIdleMs } } : {}) }));
+  upgrades.handlers = upgradeHandlers(berth.engine, log);
   const r = berth.recovery;
-  log.info('recovered', { adopted: r.adopted.length, failed: r.failed, orphansRemoved: r.orphansRemoved, snapshotDirsRemoved: r.snapshotDirsRemoved.length });
+  log.info('recovered', { adopted: r.adopted.length, failed: r.failed, orphansRemoved: r.orphansRemoved, snapshotDirsRemoved: r.snapshotDirsRemoved.length, elapsedMs: r.elapsedMs });
   const health = berth.engine.health();
   live?.stop(`ready on ${server.url} (${Object.entries(health.backends).map(([b, h]) => `${b} ${h.available ? 'available' : 'unavailable'}`).join(', ')})`);
   log.info('ready', { url: server.url, startS: progress.view().elapsedS, backends: health.backends });

@@ -1,10 +1,10 @@
 /** Binds the app to a TCP port with @hono/node-server; keep-alive on, graceful close. */
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createAdaptorServer } from '@hono/node-server';
 import type { Duplex } from 'node:stream';
-import { AppError, ConfigError, UnavailableError, type ErrorCode } from '../core/index.js';
-import { toErrorBody } from '../protocol/index.js';
+import { AppError, ConfigError, NotFoundError, UnavailableError, type ErrorCode } from '../core/index.js';
+import { httpStatus, toErrorBody } from '../protocol/index.js';
 import { silentLogger, type Logger } from './log.js';
 
 export interface StartServerOptions {
@@ -19,6 +19,23 @@ export interface StartServerOptions {
   /** How long close() waits for in-flight requests before cutting connections, ms. Default 10000. */
   graceMs?: number;
   log?: Logger;
+  /**
+   * Handlers of HTTP upgrades (WebSocket, the port tunnel), tried in order (server/upgrades.ts). May be set
+   * later (`upgrades.handlers`): while null, an upgrade is answered 503 (the server is starting). One no
+   * handler takes is answered 404. Default: none.
+   */
+  upgrades?: { handlers: readonly UpgradeHandler[] | null };
+}
+
+/** Takes an HTTP upgrade it recognises (returns true), or leaves it to the next handler (false). */
+export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => boolean;
+
+/** Answers an upgrade request with the usual JSON error body, then closes the connection. */
+export function refuseUpgrade(socket: Duplex, err: AppError): void {
+  const status = httpStatus(err.code);
+  const body = JSON.stringify(toErrorBody(err));
+  if (!socket.writable) return void socket.destroy();
+  socket.end(`HTTP/1.1 ${status} ${status < 500 ? 'Client Error' : 'Server Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 
 export interface RunningServer {
@@ -66,6 +83,12 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   });
   server.on('error', (e) => log.error('server error', { message: e.message }));
   server.on('clientError', (e: NodeJS.ErrnoException, socket: Duplex) => answerClientError(e, socket, log));
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', () => undefined);
+    const handlers = opts.upgrades ? opts.upgrades.handlers : [];
+    if (handlers === null) return refuseUpgrade(socket, new UnavailableError('the server is starting'));
+    if (!handlers.some((h) => h(req, socket, head))) refuseUpgrade(socket, new NotFoundError('route', `upgrade ${(req.url ?? '/').split('?')[0]}`));
+  });
 
   const bound = (server.address() as AddressInfo).port;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${bound}`;

@@ -142,6 +142,11 @@ export class SqliteAuditTree implements AuditTree {
   #ledgerPath: string | undefined;
   /** The tree size last written to the ledger (it never moves backwards). */
   #ledgerSize = 0;
+  /**
+   * The tree size this process knows it wrote or found verified at start. Leaves beyond it that it did not
+   * add (rows and leaves inserted by hand under a running server) are never covered by a signature.
+   */
+  #trusted = 0;
 
   constructor(opts: SqliteAuditTreeOptions) {
     const db = (this.#db = opts.db);
@@ -183,6 +188,7 @@ export class SqliteAuditTree implements AuditTree {
   attachSigner(signer: HeadSigner, opts: { ledgerPath?: string } = {}): void {
     this.#signer = signer;
     this.#ledgerPath = opts.ledgerPath;
+    this.#trusted = this.#load().treeSize; // the start check that follows refuses an unsigned tail
   }
 
   /** After a committed append: the signed head to the ledger file (never backwards). */
@@ -228,6 +234,7 @@ export class SqliteAuditTree implements AuditTree {
     }).immediate();
     this.#frontier = this.#load();
     this.#ledgerSize = 0;
+    this.#trusted = this.#frontier.treeSize;
     return this.#signer === undefined ? undefined : this.signNowSync(timestamp);
   }
 
@@ -262,6 +269,9 @@ export class SqliteAuditTree implements AuditTree {
     // Rows and tree disagree: someone cut or added rows under us. The tree is left as found (evidence, like
     // a frozen anchor) and the entry goes unsigned, so verification reports it.
     if (this.#frontier.treeSize !== seq - 1) return false;
+    // The stored tree grew past what this process wrote: someone appended leaves by hand. Signing now would
+    // cover their rows, so this entry (and every later one) goes unsigned and verification names the first.
+    if (this.#signer !== undefined && this.#frontier.treeSize > this.#trusted) return false;
     for (const n of this.#frontier.append(Buffer.from(text, 'utf8'))) this.#insertNode.run(n.level, n.index, n.hash);
     return true;
   }
@@ -274,11 +284,13 @@ export class SqliteAuditTree implements AuditTree {
     if (!this.#add(entryLeafText(parts), parts.seq) || this.#signer === undefined) return;
     const h = this.#signer.sign({ treeSize: this.#frontier.treeSize, rootHash: this.#frontier.root().toString('hex'), timestamp: parts.ts });
     this.#putHead.run(h.treeSize, h.rootHash, h.timestamp, h.keyId, h.signature);
+    this.#trusted = h.treeSize;
   }
 
   /** Called when the caller's transaction rolled back: the frontier is reloaded on the next append. */
   afterRollback(): void {
     this.#frontier = this.#load();
+    this.#trusted = Math.min(this.#trusted, this.#frontier.treeSize);
   }
 
   /** The head signed with the newest committed append, if a signer was attached by then. */
@@ -305,6 +317,11 @@ export class SqliteAuditTree implements AuditTree {
     const signer = this.#signer;
     return this.#db.transaction(() => {
       const f = this.#load();
+      if (f.treeSize > this.#trusted) {
+        throw new AppError('invalid_state', `the audit tree holds ${f.treeSize - this.#trusted} leaf(s) this server did not write; refusing to sign them (run berth audit verify)`, {
+          details: { treeSize: f.treeSize, written: this.#trusted },
+        });
+      }
       const h = signer.sign({ treeSize: f.treeSize, rootHash: f.root().toString('hex'), timestamp });
       this.#putHead.run(h.treeSize, h.rootHash, h.timestamp, h.keyId, h.signature);
       return h;

@@ -58,3 +58,19 @@ CREATE TABLE snapshot_gate (
 CREATE TRIGGER snapshot_gate_follows_snapshot AFTER DELETE ON snapshots
 BEGIN DELETE FROM snapshot_gate WHERE snapshot_id = OLD.id; END;
 `;
+
+/**
+ * Migration 5: a gate setting has one name end to end. The breaker's settings were stored flat as
+ * `settings.breakerFailures` / `settings.breakerPerMinute`; they are now `settings.breaker.failures` /
+ * `settings.breaker.perMinute`, as on the wire and in src/policy. Rows of both gate tables are rewritten.
+ */
+export const V5_GATE_BREAKER_SETTINGS = ['session_gate', 'snapshot_gate']
+  .map(
+    (t) => `
+UPDATE ${t} SET data = json_set(
+  json_remove(data, '$.settings.breakerFailures', '$.settings.breakerPerMinute'),
+  '$.settings.breaker',
+  json_object('failures', json_extract(data, '$.settings.breakerFailures'), 'perMinute', json_extract(data, '$.settings.breakerPerMinute'))
+) WHERE json_type(data, '$.settings.breakerFailures') IS NOT NULL;`,
+  )
+  .join('\n');

@@ -108,6 +108,26 @@ describe('applying', () => {
   });
 });
 
+describe('v5: the breaker settings get their wire names', () => {
+  it('rewrites settings.breakerFailures/breakerPerMinute to settings.breaker.{failures,perMinute} in both gate tables', async () => {
+    const db = new Database(dbPath);
+    applyMigrations(db, { migrations: MIGRATIONS.slice(0, 4) });
+    const old = { tools: null, settings: { breakerFailures: 3, breakerPerMinute: 60, httpAllow: ['example.com'], approvalTtlS: 5 }, plan: null, planState: null, planSetAt: null, planSetBy: null };
+    db.prepare('INSERT INTO session_gate (session_id, tenant_id, data) VALUES (?, ?, ?)').run('ses_1', 'ten_a', JSON.stringify({ ...old, breaker: { open: false }, pausedByBreaker: false, calls: 2, updatedAt: 1 }));
+    db.prepare('INSERT INTO snapshot_gate (snapshot_id, tenant_id, session_id, data) VALUES (?, ?, ?, ?)').run('snap_1', 'ten_a', 'ses_1', JSON.stringify({ ...old, createdAt: 1 }));
+    db.close();
+    const s = openSqliteStore({ path: dbPath });
+    try {
+      const want = { breaker: { failures: 3, perMinute: 60 }, httpAllow: ['example.com'], approvalTtlS: 5 };
+      expect((await s.gates.get('ses_1'))?.settings).toEqual(want);
+      expect((await s.snapshotGates.get('snap_1'))?.settings).toEqual(want);
+      expect((await s.gates.get('ses_1'))?.calls).toBe(2);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe('refusing', () => {
   it('a file with a newer schema than this code knows', () => {
     const db = new Database(dbPath);

@@ -1,7 +1,10 @@
 import type BetterSqlite3 from 'better-sqlite3';
 import { ConfigError } from '../core/errors.js';
-import { V2_GATE, V3_SNAPSHOT_GATE } from './gate-migration.js';
+import { V2_GATE, V3_SNAPSHOT_GATE, V5_GATE_BREAKER_SETTINGS } from './gate-migration.js';
 import { V4_AUDIT_TREE } from './audit-tree.js';
+import { V6_PORT_LINKS } from './port-links.js';
+import { V7_WATCH_LINKS } from './watch-links.js';
+import { V8_IDEMPOTENCY_KEYS } from './idempotency.js';
 
 /**
  * Schema migrations for the embedded store: one ordered list, applied in order inside one IMMEDIATE
@@ -103,6 +106,10 @@ export const MIGRATIONS: readonly Migration[] = checkMigrations([
   { version: 2, name: 'tool_gate', up: V2_GATE },
   { version: 3, name: 'snapshot_gate', up: V3_SNAPSHOT_GATE },
   { version: 4, name: 'audit_tree', up: V4_AUDIT_TREE },
+  { version: 5, name: 'gate_breaker_settings', up: V5_GATE_BREAKER_SETTINGS },
+  { version: 6, name: 'port_links', up: V6_PORT_LINKS },
+  { version: 7, name: 'watch_links', up: V7_WATCH_LINKS },
+  { version: 8, name: 'idempotency_keys', up: V8_IDEMPOTENCY_KEYS },
 ]);
 
 export interface MigrationResult {

@@ -153,7 +153,7 @@ describe('snapshots', () => {
       tenantId: x.tenantId,
       sessionId: x.sessionId,
       tools: ['fs.read'],
-      settings: { breakerFailures: 3, breakerPerMinute: 60, httpAllow: ['example.com'], approvalTtlS: 0 },
+      settings: { breaker: { failures: 3, perMinute: 60 }, httpAllow: ['example.com'], approvalTtlS: 0 },
       plan: { objective: 'o', steps: [{ id: 'a', tool: 'fs.read', arguments: {} }] },
       planState: { cursor: 1, consumed: { a: 1 } },
       planSetAt: 5,

@@ -1,11 +1,16 @@
+import { chmodSync, closeSync, openSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import type BetterSqlite3 from 'better-sqlite3';
 import { AppError, ConfigError, NotFoundError } from '../core/errors.js';
 import type { SessionRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
 import { systemClock } from '../core/store.js';
-import type { ApprovalRepo, Clock, PolicyRepo, SessionFilter, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, Store, TenantRepo, ToolRepo } from '../core/store.js';
+import type { IdempotencyRepo } from '../core/idempotency.js';
+import type { ApprovalRepo, Clock, PolicyRepo, PortLinkRepo, SessionFilter, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, Store, TenantRepo, ToolRepo, WatchLinkRepo } from '../core/store.js';
 import { SqliteAuditLog, anchorPathFor } from './audit.js';
+import { SqlitePortLinkRepo } from './port-links.js';
 import { SqliteApprovalRepo, SqlitePolicyRepo, SqliteSessionGateRepo, SqliteSnapshotGateRepo, SqliteToolRepo } from './gate-repos.js';
+import { SqliteWatchLinkRepo } from './watch-links.js';
+import { SqliteIdempotencyRepo } from './idempotency.js';
 import { applyMigrations } from './migrations.js';
 import { translateSqliteError } from './sqlite-errors.js';
 import { TxScope, asyncRepo, type Syncify } from './sqlite-tx.js';
@@ -54,6 +59,10 @@ export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
   const clock = opts.clock ?? systemClock;
   let db: BetterSqlite3.Database;
   try {
+    // 0600: the database holds token hashes and the environments given at create. SQLite gives its -wal
+    // and -shm files the database file's mode.
+    if (opts.path !== ':memory:') closeSync(openSync(opts.path, 'a', 0o600));
+    if (opts.path !== ':memory:') chmodSync(opts.path, 0o600);
     db = new Database(opts.path, { timeout: BUSY_TIMEOUT_MS });
     keepStatements(db);
   } catch (e) {
@@ -67,6 +76,9 @@ export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
       throw new ConfigError(`database ${opts.path} cannot use WAL mode (got ${String(mode)})`, { details: { path: opts.path } });
     }
     db.exec('PRAGMA synchronous = FULL');
+    // Deleted and overwritten content is zeroed, not left in free pages: a session's environment values
+    // (secrets, blanked when it ends) must not linger in the file (issue 12 §3).
+    db.exec('PRAGMA secure_delete = ON');
     const schema = applyMigrations(db);
     return new SqliteStore({ db, path: opts.path, clock, schemaVersion: schema.to });
   } catch (e) {
@@ -239,8 +251,10 @@ class SqliteTenantRepo implements Syncify<TenantRepo> {
   readonly #get: BetterSqlite3.Statement<[string], TenantRow>;
   readonly #byKey: BetterSqlite3.Statement<[string], TenantRow>;
   readonly #list: BetterSqlite3.Statement<[], TenantRow>;
+  readonly #put: BetterSqlite3.Statement<[string, string]>;
 
   constructor(db: BetterSqlite3.Database) {
+    this.#put = db.prepare('UPDATE tenants SET data = ? WHERE id = ?');
     this.#insert = db.prepare('INSERT INTO tenants (id, api_key_hash, data) VALUES (?, ?, ?)');
     this.#get = db.prepare('SELECT id, api_key_hash, data FROM tenants WHERE id = ?');
     this.#byKey = db.prepare('SELECT id, api_key_hash, data FROM tenants WHERE api_key_hash = ?');
@@ -270,6 +284,11 @@ class SqliteTenantRepo implements Syncify<TenantRepo> {
   list(): TenantRecord[] {
     return this.#list.all().map(tenantFromRow);
   }
+
+  put(r: TenantRecord): void {
+    const { id, apiKeyHash: _key, ...rest } = r;
+    if (this.#put.run(JSON.stringify(rest), id).changes === 0) throw new NotFoundError('tenant', id);
+  }
 }
 
 interface SqliteStoreParts {
@@ -292,6 +311,9 @@ export class SqliteStore implements Store {
   readonly gates: SessionGateRepo;
   readonly snapshotGates: SnapshotGateRepo;
   readonly approvals: ApprovalRepo;
+  readonly portLinks: PortLinkRepo;
+  readonly watchLinks: WatchLinkRepo;
+  readonly idempotency: IdempotencyRepo;
   readonly audit: SqliteAuditLog;
   readonly #db: BetterSqlite3.Database;
   readonly #scope = new TxScope();
@@ -310,6 +332,9 @@ export class SqliteStore implements Store {
     this.gates = asyncRepo<SessionGateRepo>(new SqliteSessionGateRepo(db), scope);
     this.snapshotGates = asyncRepo<SnapshotGateRepo>(new SqliteSnapshotGateRepo(db), scope);
     this.approvals = asyncRepo<ApprovalRepo>(new SqliteApprovalRepo(db), scope);
+    this.portLinks = asyncRepo<PortLinkRepo>(new SqlitePortLinkRepo(db), scope);
+    this.watchLinks = asyncRepo<WatchLinkRepo>(new SqliteWatchLinkRepo(db), scope);
+    this.idempotency = asyncRepo<IdempotencyRepo>(new SqliteIdempotencyRepo(db), scope);
     const anchorPath = anchorPathFor(parts.path);
     this.audit = new SqliteAuditLog({ db, clock: parts.clock, scope, ...(anchorPath === undefined ? {} : { anchorPath }) });
   }

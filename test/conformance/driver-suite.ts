@@ -252,13 +252,18 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
       expect({ code: df.code, stderr: df.stderr }).toEqual({ code: 0, stderr: '' });
       expect(df.stdout).toMatch(/^Filesystem\s+\S+-blocks\s+Used\s+Available\s+Capacity\s+Mounted on\n\S+\s+\d+\s+\d+\s+\d+\s+\d+%\s+\/\n$/);
       await run(d, s.sandboxId, ['sh', '-c', 'setsid sleep 321 >/dev/null 2>&1 &']);
-      const ps = await run(d, s.sandboxId, ['ps', '-eo', 'pid=,args=']);
+      // setsid execs sleep a moment after the shell returns: ask again until it has (CI once saw `setsid sleep 321`).
+      let ps = await run(d, s.sandboxId, ['ps', '-eo', 'pid=,args=']);
+      for (let i = 0; i < 50 && !/^\s*\d+ sleep 321$/m.test(ps.stdout); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        ps = await run(d, s.sandboxId, ['ps', '-eo', 'pid=,args=']);
+      }
       expect({ code: ps.code, stderr: ps.stderr }).toEqual({ code: 0, stderr: '' });
       expect(ps.stdout).toMatch(/^\s*\d+ sleep 321$/m);
       expect(ps.stdout).toMatch(/^\s*\d+ ps -eo pid=,args=$/m);
     }, T);
 
-    it('carries the toolbox: git, curl, pip, venv, make, procps, less, unzip, xz, jq, CA certificates', async () => {
+    it('carries the toolbox: git, curl, pip, venv, make, procps, less, unzip, xz, jq, vi, CA certificates', async () => {
       if (d.capabilities.userland !== 'full') return; // a built-in userland has no image to carry them
       const s = await start('toolbox');
       const versions: Record<string, [string[], RegExp]> = {
@@ -272,6 +277,7 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
         unzip: [['unzip', '-v'], /^UnZip \d+\./],
         xz: [['xz', '--version'], /^xz \(XZ Utils\) \d+\./],
         jq: [['jq', '--version'], /^jq-1\.\d+/],
+        vi: [['vi', '--version'], /^VIM - Vi IMproved \d+\./],
       };
       for (const [tool, [argv, want]] of Object.entries(versions)) {
         const r = await run(d, s.sandboxId, argv);

@@ -7,6 +7,8 @@ import { ensureRootfs, rootfsImagePath } from '../../src/drivers/image/rootfs.js
 import { AGENT_PATH, IMAGE_CACHE, gvisorMissing, skipReason } from '../helpers/env.js';
 import { driverConformance, type ConformanceTarget } from './driver-suite.js';
 import { processConformance } from './process-suite.js';
+import { socketConformance } from './socket-suite.js';
+import { terminalConformance } from './terminal-suite.js';
 
 if (skipReason('gVisor conformance', gvisorMissing())) {
   describe.skip('driver conformance: gvisor', () => it('needs runsc', () => undefined));
@@ -27,4 +29,6 @@ if (skipReason('gVisor conformance', gvisorMissing())) {
   };
   driverConformance('gvisor', target);
   processConformance('gvisor', target);
+  socketConformance('gvisor', target);
+  terminalConformance('gvisor', target);
 }

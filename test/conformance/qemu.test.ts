@@ -4,6 +4,8 @@ import { QemuDriver } from '../../src/drivers/qemu/driver.js';
 import { AGENT_PATH, IMAGE_CACHE, hasCommand, skipReason } from '../helpers/env.js';
 import { driverConformance, type ConformanceTarget } from './driver-suite.js';
 import { processConformance } from './process-suite.js';
+import { socketConformance } from './socket-suite.js';
+import { terminalConformance } from './terminal-suite.js';
 
 const missing = hasCommand('qemu-system-x86_64') ? undefined : 'qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)';
 if (skipReason('QEMU conformance', missing)) {
@@ -25,5 +27,7 @@ if (skipReason('QEMU conformance', missing)) {
   };
   driverConformance('qemu', target, { timeoutMs: 120_000 });
   processConformance('qemu', target, { timeoutMs: 120_000 });
+  socketConformance('qemu', target, { timeoutMs: 120_000 });
+  terminalConformance('qemu', target, { timeoutMs: 120_000 });
 }
 

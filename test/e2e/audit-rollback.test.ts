@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { SignedHead } from '../../src/core/audit-tree.js';
 import { Berth } from '../../src/sdk/index.js';
 import { IMAGE_CACHE, REPO } from '../helpers/env.js';
 
@@ -86,8 +87,11 @@ describe('audit head rollback at start (real server process)', () => {
     await listening(second);
     await client(port).tenants.create('after-backup-1');
     await client(port).tenants.create('after-backup-2');
-    const lastHead = await client(port).audit.checkpoint();
+    await client(port).audit.checkpoint();
     await stop(second);
+    // The last head signed anywhere (the ledger beside the key): a clean stop signs the final tree, which
+    // includes the request audit's entry for the checkpoint request itself.
+    const lastHead = JSON.parse(readFileSync(join(keyDir, 'audit.key.head.json'), 'utf8')) as SignedHead;
 
     for (const f of DB_FILES) copyFileSync(join(keyDir, `backup-${f}`), join(dataDir, f));
     for (const f of ['berth.db-wal', 'berth.db-shm']) rmSync(join(dataDir, f), { force: true });

@@ -63,4 +63,32 @@ describe.skipIf(skip)('the server on PostgreSQL', () => {
       await t2.close();
     }
   });
+
+  it('Idempotency-Key: the answer is durable across a restart, per tenant; another body is 422', async () => {
+    const url = await cluster.newDatabase();
+    const open = async () => createTestEngine({ dataDir, store: await openPostgresStore({ url, anchorPath: join(dataDir, 'audit-head-idem') }) });
+    const headers = (token: string, key: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': key });
+    const t1 = await open();
+    const app1 = createApp({ engine: t1.engine });
+    const first = await app1.request('/v1/sessions', { method: 'POST', headers: headers(t1.rootKey, 'pg-key'), body: JSON.stringify({ objective: 'idem' }) });
+    expect(first.status).toBe(201);
+    const body = (await first.json()) as { id: string; agentToken: string };
+    await t1.close();
+
+    const t2 = await open();
+    try {
+      const app2 = createApp({ engine: t2.engine });
+      // The root key is per engine here, but root's tenant scope ('') is the same.
+      const again = await app2.request('/v1/sessions', { method: 'POST', headers: headers(t2.rootKey, 'pg-key'), body: JSON.stringify({ objective: 'idem' }) });
+      expect(again.status).toBe(201);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(await again.json()).toEqual(body);
+      const other = await app2.request('/v1/sessions', { method: 'POST', headers: headers(t2.rootKey, 'pg-key'), body: JSON.stringify({ objective: 'else' }) });
+      expect(other.status).toBe(422);
+      expect(((await other.json()) as { error: { code: string } }).error.code).toBe('idempotency_mismatch');
+      expect((await t2.store.sessions.list()).map((x) => x.id)).toEqual([body.id]);
+    } finally {
+      await t2.close();
+    }
+  });
 });

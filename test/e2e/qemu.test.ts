@@ -13,7 +13,7 @@ import { startTestServer, type TestServer } from '../helpers/server.js';
 import { pidsMatching } from '../../bench/memory.js';
 
 const skip = skipReason('QEMU e2e', hasCommand('qemu-system-x86_64') ? undefined : 'qemu-system-x86_64 is not installed');
-const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
+const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
 
 describe.skipIf(skip)('the qemu backend through the API', () => {
   let t: TestServer;

@@ -15,7 +15,7 @@ import { Berth } from '../../src/sdk/index.js';
 import { IMAGE_CACHE, REPO, gvisorMissing, skipReason } from '../helpers/env.js';
 
 const skip = skipReason('restart e2e', gvisorMissing());
-const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
+const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
 
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {

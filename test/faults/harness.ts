@@ -16,7 +16,7 @@ import { Berth, type Session } from '../../src/sdk/index.js';
 export { killGroup, startServerProcess, stopServerProcess, type ServerProcess } from '../../bench/server-process.js';
 
 /** A counter inside the sandbox, detached from the exec that starts it: proof that processes survive. */
-export const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done' >/dev/null 2>&1 </dev/null &";
+export const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 </dev/null &";
 
 export async function counter(s: Session): Promise<number> {
   return Number((await s.run(['cat', '/tmp/n'])).stdout.toString().trim());

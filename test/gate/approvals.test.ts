@@ -138,7 +138,7 @@ describe.skipIf(skip)('approvals', () => {
     try {
       const port = (web.address() as AddressInfo).port;
       await t.op.tools.install(a.id, ['shell.exec', 'fs.read', 'ops.deploy', 'http.request']);
-      await t.op.gate.set(a.id, { httpAllow: [`127.0.0.1:${port}`] });
+      await t.op.gate.set(a.id, { httpAllow: [`127.0.0.1:${port}`], egressAllowCidr: ['127.0.0.0/8'] });
       const post = { method: 'POST', url: `http://127.0.0.1:${port}/items`, body: 'item-1' };
       const id = pendingId(await a.agent.tools.call(a.id, 'http.request', post));
       expect(hits).toEqual([]);

@@ -105,7 +105,7 @@ describe.skipIf(skip)('gate stages over HTTP', () => {
   it('stage 2, egress: http.request reaches allow-listed hosts only; POST needs approval', async () => {
     const url = `http://127.0.0.1:${webPort}/hello`;
     expect(denied(await call('http.request', { method: 'GET', url }))).toEqual({ stage: 'policy', code: 'policy_denied' });
-    await t.op.gate.set(a.id, { httpAllow: [`127.0.0.1:${webPort}`] });
+    await t.op.gate.set(a.id, { httpAllow: [`127.0.0.1:${webPort}`], egressAllowCidr: ['127.0.0.0/8'] });
     const ok = await call('http.request', { method: 'GET', url, headers: { 'x-test': '1' } });
     expect(ok).toMatchObject({ decision: 'allow', result: { status: 200, truncated: false } });
     expect(JSON.parse((ok as { result: { body: string } }).result.body)).toMatchObject({ method: 'GET', path: '/hello' });

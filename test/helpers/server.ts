@@ -6,6 +6,8 @@ import type { Clock } from '../../src/core/index.js';
 import { createApp } from '../../src/server/app.js';
 import { createBerth, type Berth as ServerSide } from '../../src/server/compose.js';
 import { startServer, type RunningServer } from '../../src/server/serve.js';
+import { silentLogger } from '../../src/server/log.js';
+import { upgradeHandlers } from '../../src/server/upgrades.js';
 import { Berth } from '../../src/sdk/index.js';
 import { IMAGE_CACHE } from './env.js';
 
@@ -25,7 +27,7 @@ export interface TestServer {
 export async function startTestServer(o: { dataDir?: string; clock?: Clock; idleSweepMs?: number } = {}): Promise<TestServer> {
   const dataDir = o.dataDir ?? (await mkdtemp(join(tmpdir(), 'berth-e2e-')));
   const side = await createBerth({ dataDir, imageCacheDir: IMAGE_CACHE, clock: o.clock, idleSweepMs: o.idleSweepMs ?? 0 });
-  const http = await startServer({ app: createApp({ engine: side.engine, clock: o.clock }), port: 0 });
+  const http = await startServer({ app: createApp({ engine: side.engine, clock: o.clock }), port: 0, upgrades: { handlers: upgradeHandlers(side.engine, silentLogger) } });
   const client = new Berth({ url: http.url, token: side.rootKey });
   const stop = async () => {
     await http.close();

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { emptyMetering, type SessionRecord } from '../../src/core/records.js';
 import { verifyAudit } from '../../src/store/audit.js';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { PG_MIGRATIONS } from '../../src/store/postgres/migrations.js';
+import { PG_MIGRATIONS, applyPgMigrations } from '../../src/store/postgres/migrations.js';
 import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/store.js';
 import { skipReason } from '../helpers/env.js';
 import { postgresMissing, startPostgres, type PgCluster } from '../helpers/postgres.js';
@@ -67,9 +67,48 @@ describe.skipIf(skip)('postgres', () => {
       await expect(openPostgresStore({ url })).rejects.toMatchObject({ code: 'config' });
     });
 
+    it('v5 gives the stored breaker settings their wire names, as SQLite\'s v5 does', async () => {
+      const url = await cluster.newDatabase();
+      const c = new pg.Client({ connectionString: url });
+      await c.connect();
+      try {
+        await applyPgMigrations(c, PG_MIGRATIONS.slice(0, 4));
+        const old = { tools: null, settings: { breakerFailures: 3, breakerPerMinute: 60, httpAllow: ['example.com'], approvalTtlS: 5 }, plan: null, planState: null, planSetAt: null, planSetBy: null };
+        await c.query('INSERT INTO session_gate (session_id, tenant_id, data) VALUES ($1, $2, $3)', ['ses_1', 'ten_a', JSON.stringify({ ...old, breaker: { open: false }, pausedByBreaker: false, calls: 2, updatedAt: 1 })]);
+        await c.query('INSERT INTO snapshot_gate (snapshot_id, tenant_id, session_id, data) VALUES ($1, $2, $3, $4)', ['snap_1', 'ten_a', 'ses_1', JSON.stringify({ ...old, createdAt: 1 })]);
+      } finally {
+        await c.end();
+      }
+      const s = await open(url);
+      try {
+        const want = { breaker: { failures: 3, perMinute: 60 }, httpAllow: ['example.com'], approvalTtlS: 5 };
+        expect((await s.gates.get('ses_1'))?.settings).toEqual(want);
+        expect((await s.snapshotGates.get('snap_1'))?.settings).toEqual(want);
+      } finally {
+        await s.close();
+      }
+    });
+
     it('refuses a bad URL and a database it cannot reach, as config errors', async () => {
       await expect(openPostgresStore({ url: 'mysql://x' })).rejects.toMatchObject({ code: 'config', details: { field: 'database' } });
       await expect(openPostgresStore({ url: `postgres://berth@127.0.0.1:${cluster.port}/no_such_db` })).rejects.toMatchObject({ code: 'config' });
+    });
+
+    it('idempotency owners: a server sharing the database is alive while its store is open, gone once closed', async () => {
+      const a = await open();
+      const b = await open(urls.get(a));
+      try {
+        await a.idempotency.holdOwner('server-a');
+        await a.idempotency.holdOwner('server-a');
+        expect(await b.idempotency.ownerAlive('server-a')).toBe(true);
+        expect(await b.idempotency.ownerAlive('server-a')).toBe(true); // asking does not take it
+        expect(await b.idempotency.ownerAlive('server-gone')).toBe(false);
+        await a.close();
+        expect(await b.idempotency.ownerAlive('server-a')).toBe(false);
+      } finally {
+        await a.close();
+        await b.close();
+      }
     });
 
     it('two stores on one database (two servers) continue one chain and see each other\'s records', async () => {

@@ -5,12 +5,13 @@
  * verify; UPDATE and DELETE refused by the database itself) and two writers racing on one row.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { GENESIS_HASH, verifyChainAsync, type AuditEntry, type AuditInput, type AuditLog } from '../../src/core/audit.js';
+import { GENESIS_HASH, verifyChainAsync, type AuditInput, type AuditLog } from '../../src/core/audit.js';
 import { newId } from '../../src/core/ids.js';
-import { emptyMetering, type ApprovalRecord, type SessionGateRecord, type SessionRecord } from '../../src/core/records.js';
+import { emptyMetering, type ApprovalRecord, type PortLinkRecord, type SessionGateRecord, type SessionRecord, type WatchLinkRecord } from '../../src/core/records.js';
 import type { Store } from '../../src/core/store.js';
 import { verifyAudit, type VerifiableAuditLog } from '../../src/store/audit.js';
 import { session, snapshot, tenant } from '../helpers/records.js';
+import { idempotencyCases } from './idempotency-suite.js';
 
 export type StoreUnderTest = Store & { readonly audit: AuditLog & VerifiableAuditLog };
 
@@ -28,12 +29,12 @@ function gateRow(sessionId: string, over: Partial<SessionGateRecord> = {}): Sess
     sessionId,
     tenantId: 'ten_a',
     tools: ['fs.read'],
-    settings: { breakerFailures: 3, breakerPerMinute: 60, httpAllow: ['example.com'], approvalTtlS: 0 },
+    settings: { breaker: { failures: 3, perMinute: 60 }, httpAllow: ['example.com'], approvalTtlS: 0 },
     plan: null,
     planState: null,
     planSetAt: null,
     planSetBy: null,
-    breaker: { open: false, streak: [] },
+    breaker: { open: false, openedAt: null, trip: null, reason: null, recentCalls: [], streakKey: null, streakTool: null, streakFailures: 0 },
     pausedByBreaker: false,
     calls: 0,
     updatedAt: 1,
@@ -87,6 +88,8 @@ export function storeConformance(name: string, h: StoreHarness): void {
       await s.close();
     });
 
+    describe('idempotency keys', () => idempotencyCases(() => s));
+
     describe('sessions', () => {
       it('insert, get, put, list by tenant and states in insertion order, conflict and not_found', async () => {
         const a1 = session({ tenantId: 'ten_a', state: 'running' });
@@ -127,7 +130,7 @@ export function storeConformance(name: string, h: StoreHarness): void {
         expect(await s.snapshots.list({ tenantId: 'ten_a', sessionId: 'ses_3' })).toEqual([]);
         await expect(s.snapshots.insert(x)).rejects.toThrow(code('conflict'));
 
-        const copy = { snapshotId: y.id, tenantId: y.tenantId, sessionId: y.sessionId, tools: null, settings: gateRow('s').settings, plan: { objective: 'o', steps: [] }, planState: { cursor: 1 }, planSetAt: 5, planSetBy: 'root:root', createdAt: 7 };
+        const copy = { snapshotId: y.id, tenantId: y.tenantId, sessionId: y.sessionId, tools: null, settings: gateRow('s').settings, plan: { objective: 'o', steps: [] }, planState: { cursor: 1, consumed: { a: 1 } }, planSetAt: 5, planSetBy: 'root:root', createdAt: 7 };
         await s.snapshotGates.insert(copy);
         expect(await s.snapshotGates.get(y.id)).toEqual(copy);
         expect(await s.snapshotGates.get(x.id)).toBeUndefined();
@@ -177,8 +180,43 @@ export function storeConformance(name: string, h: StoreHarness): void {
       it('session gate rows: get, put inserts or replaces', async () => {
         expect(await s.gates.get('ses_1')).toBeUndefined();
         await s.gates.put(gateRow('ses_1'));
-        await s.gates.put(gateRow('ses_1', { calls: 5, breaker: { open: true, reason: 'x' } }));
-        expect(await s.gates.get('ses_1')).toEqual(gateRow('ses_1', { calls: 5, breaker: { open: true, reason: 'x' } }));
+        await s.gates.put(gateRow('ses_1', { calls: 5, breaker: { ...gateRow('ses_1').breaker, open: true, openedAt: 4, trip: 'rate', reason: 'x' } }));
+        expect(await s.gates.get('ses_1')).toEqual(gateRow('ses_1', { calls: 5, breaker: { ...gateRow('ses_1').breaker, open: true, openedAt: 4, trip: 'rate', reason: 'x' } }));
+      });
+    });
+
+    describe('port links', () => {
+      const link = (over: Partial<PortLinkRecord> = {}): PortLinkRecord => ({
+        id: newId('portLink'),
+        tenantId: 'ten_a',
+        sessionId: 'ses_1',
+        port: 8000,
+        tokenHash: newId('portLink').padEnd(64, '0'),
+        label: null,
+        createdAt: 100,
+        expiresAt: 3_600_100,
+        createdBy: { kind: 'operator', id: 'ten_a', tenantId: 'ten_a' },
+        revokedAt: null,
+        revokedBy: null,
+        ...over,
+      });
+      it('insert, get, by token hash, list per session in insertion order, revoke by put, conflict and not_found', async () => {
+        const a = link({ label: 'docs' });
+        const b = link({ sessionId: 'ses_2' });
+        const c = link({ port: 3000 });
+        for (const r of [a, b, c]) await s.portLinks.insert(r);
+        expect(await s.portLinks.get(a.id)).toEqual(a);
+        expect(await s.portLinks.get(newId('portLink'))).toBeUndefined();
+        expect(await s.portLinks.getByTokenHash(c.tokenHash)).toEqual(c);
+        expect(await s.portLinks.getByTokenHash('f'.repeat(64))).toBeUndefined();
+        expect((await s.portLinks.list('ses_1')).map((r) => r.id)).toEqual([a.id, c.id]);
+        expect(await s.portLinks.list('ses_none')).toEqual([]);
+        await expect(s.portLinks.insert(a)).rejects.toThrow(code('conflict'));
+        await expect(s.portLinks.insert({ ...link(), tokenHash: a.tokenHash })).rejects.toThrow(code('conflict'));
+        const revoked = { ...a, revokedAt: 200, revokedBy: { kind: 'root', id: 'root' } };
+        await s.portLinks.put(revoked);
+        expect(await s.portLinks.get(a.id)).toEqual(revoked);
+        await expect(s.portLinks.put(link())).rejects.toThrow(code('not_found'));
       });
     });
 
@@ -208,6 +246,28 @@ export function storeConformance(name: string, h: StoreHarness): void {
         expect(await s.approvals.get(a.id)).toEqual(used);
         expect(ids(await s.approvals.expiring(10_000))).toEqual([c.id]);
         await expect(s.approvals.put(approval())).rejects.toThrow(code('not_found'));
+      });
+    });
+
+    describe('watch links', () => {
+      it('insert, get, by token hash, list by session, put (revoke); duplicates conflict', async () => {
+        const link = (o: Partial<WatchLinkRecord> = {}): WatchLinkRecord => ({
+          id: newId('watchLink'), tenantId: 'ten_a', sessionId: 'ses_1', tokenHash: newId('token'), label: null, createdBy: 'operator:ten_a', createdAt: 100, expiresAt: 3_700_000, revokedAt: null, ...o,
+        });
+        const a = link({ label: 'for the on-call' });
+        const b = link({ createdAt: 200 });
+        const c = link({ sessionId: 'ses_2' });
+        for (const r of [a, b, c]) await s.watchLinks.insert(r);
+        expect(await s.watchLinks.get(a.id)).toEqual(a);
+        expect(await s.watchLinks.get(newId('watchLink'))).toBeUndefined();
+        expect(await s.watchLinks.getByTokenHash(b.tokenHash)).toEqual(b);
+        expect(await s.watchLinks.getByTokenHash('nope')).toBeUndefined();
+        expect((await s.watchLinks.listBySession('ses_1')).map((r) => r.id)).toEqual([a.id, b.id]);
+        await expect(s.watchLinks.insert(a)).rejects.toThrow(code('conflict'));
+        await expect(s.watchLinks.insert(link({ tokenHash: a.tokenHash }))).rejects.toThrow(code('conflict'));
+        await s.watchLinks.put({ ...a, revokedAt: 900 });
+        expect(await s.watchLinks.get(a.id)).toEqual({ ...a, revokedAt: 900 });
+        await expect(s.watchLinks.put(link())).rejects.toThrow(code('not_found'));
       });
     });
 

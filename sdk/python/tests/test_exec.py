@@ -28,7 +28,7 @@ def test_create_takes_every_field_the_api_takes(client: berth.Berth) -> None:
         info = s.info
         assert (info.state, info.backend, info.objective) == ("running", "gvisor", "every field")
         assert (info.settings.memory_mb, info.settings.cpus, info.settings.idle_timeout_s) == (320, 0.5, 3600)
-        assert info.settings.env == {"GREETING": "hi"}
+        assert info.settings.env == ["GREETING"]
         assert info.metadata == {"run": "pytest", "step": "37"}
         assert isinstance(info.created_at, datetime) and info.created_at.tzinfo is not None
         assert abs((datetime.now(timezone.utc) - info.created_at).total_seconds()) < 120

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { AgentChannel } from './channel.js';
-import { type Agent, agentBin, agents, codeOf, readAll, run, spawnAgent, startAgent, stop, strayPids, useAgentHarness, work } from '../../../test/helpers/agent-harness.js';
+import { agentBin, agents, codeOf, readAll, run, spawnAgent, startAgent, stop, strayPids, useAgentHarness, work } from '../../../test/helpers/agent-harness.js';
 import { skipReason } from '../../../test/helpers/env.js';
 
 useAgentHarness();

@@ -8,7 +8,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Readable, Writable } from 'node:stream';
-import { AppError, InvalidArgumentError, NotFoundError, SandboxError, TimeoutError, throwIfAborted } from '../../core/errors.js';
+import { AppError, InvalidArgumentError, SandboxError, TimeoutError, throwIfAborted } from '../../core/errors.js';
 import type {
   CallOptions,
   ExecHandle,
@@ -19,11 +19,14 @@ import type {
   ProcessOutputEvent,
   ProcessOutputOptions,
   SandboxIdentity,
+  TcpConnectionHandler,
   WatchEvent,
 } from '../../core/sandbox.js';
 import { AgentExecHandle } from './exec-handle.js';
-import { OutputRoute, TAG_RE, V_J, WatchRoute, parseJob } from './processes.js';
+import { OutputRoute, V_J, WatchRoute, checkTag, notFoundProcess, parseJob, validateExec } from './processes.js';
+import { ChannelSockets, V_n } from './sockets.js';
 import { ReadRoute } from './stream-route.js';
+import { AgentTerminals } from './terminals.js';
 import {
   AGENT_PROTOCOL_VERSION,
   CHUNK,
@@ -64,6 +67,12 @@ export interface AgentChannelConnectOptions {
    * dropped (its exit still arrives). A handle being iterated applies back-pressure instead. Default 64 MiB.
    */
   maxUnconsumedBytes?: number;
+  /**
+   * The handler for a connection a sandbox listener accepted on a port this channel has not listen()ed on
+   * itself: the driver's registry, so listeners outlive a channel (wake, server restart). Default: none
+   * (such a connection is reset).
+   */
+  acceptTcp?: (port: number) => TcpConnectionHandler | undefined;
 }
 
 export interface AgentChannelCloseInfo {
@@ -87,6 +96,8 @@ export class AgentChannel {
   private readonly output: Writable;
   private readonly timeoutMs: number;
   private readonly maxUnconsumedBytes: number;
+  /** TCP streams (PROTOCOL.md, "Sockets"): openTcp, listen, unlisten, listeners (sockets.ts). */
+  readonly sockets: ChannelSockets;
   private readonly routes = new Map<number, Route>();
   private readonly hellos = new Map<string, Deferred<AgentInfo & { nextId: number }>>();
   private readonly holders = new Set<object>();
@@ -118,6 +129,15 @@ export class AgentChannel {
     this.output = opts.output;
     this.timeoutMs = opts.timeoutMs ?? 10_000;
     this.maxUnconsumedBytes = opts.maxUnconsumedBytes ?? 64 << 20;
+    this.sockets = new ChannelSockets({
+      link: this.link,
+      newId: () => this.nextId++,
+      addRoute: (id, r) => this.routes.set(id, r),
+      hasRoute: (id) => this.routes.has(id),
+      call: (line, route, signal) => this.call(line, route, signal),
+      assertOpen: () => this.assertOpen(),
+      acceptTcp: opts.acceptTcp ?? (() => undefined),
+    });
     this.input.on('data', this.onData);
     this.input.on('end', this.onEnd);
     this.input.on('close', this.onEnd);
@@ -267,6 +287,8 @@ export class AgentChannel {
     }
   }
 
+  /** Terminals (PROTOCOL.md, "Terminals"): `T <id> <word> …`; their output and kill are `O` and `Z`. */
+  readonly terminals = new AgentTerminals((line, route, signal) => this.call(line, route, signal));
   // ---- files ----
 
   /**
@@ -490,6 +512,7 @@ export class AgentChannel {
     if (this.closed || line.length < 3 || line[1] !== SP) return;
     const verb = line[0]!;
     if (verb === V.h) return this.onHello(line.subarray(2).toString('latin1').split(' '));
+    if (verb === V_n) return this.sockets.onAccepted(line);
     let i = 2;
     let id = 0;
     for (; i < line.length && line[i] !== SP; i++) {
@@ -569,32 +592,3 @@ export class AgentChannel {
 }
 
 function ignoreError(): void {}
-
-function checkTag(execId: string): void {
-  if (typeof execId !== 'string' || !TAG_RE.test(execId)) {
-    throw new InvalidArgumentError('execId must be 1-64 printable ASCII characters without spaces', { details: { execId } });
-  }
-}
-
-function notFoundProcess(e: unknown, execId: string): unknown {
-  return e instanceof AppError && (e.details as { errno?: string } | undefined)?.errno === 'ESRCH' ? new NotFoundError('process', execId) : e;
-}
-
-function validateExec(req: ExecRequest): void {
-  const bad = (message: string, details: Record<string, unknown>): never => {
-    throw new InvalidArgumentError(message, { details });
-  };
-  if (!Array.isArray(req.argv) || req.argv.length === 0 || !req.argv.every((a) => typeof a === 'string')) {
-    bad('argv must be a non-empty array of strings', { argv: req.argv });
-  }
-  if (req.cwd !== undefined && (typeof req.cwd !== 'string' || (req.cwd !== '' && !req.cwd.startsWith('/')))) {
-    bad('cwd must be an absolute path', { cwd: req.cwd });
-  }
-  const t = req.timeoutMs ?? 0;
-  if (!Number.isSafeInteger(t) || t < 0) bad('timeoutMs must be a non-negative integer', { timeoutMs: t });
-  for (const [k, v] of Object.entries(req.env ?? {})) {
-    if (k === '' || k.includes('=') || typeof v !== 'string') bad('env keys must be non-empty without "=" and values strings', { key: k });
-  }
-  const strings = [...req.argv, req.cwd ?? '', ...Object.entries(req.env ?? {}).flat()];
-  if (strings.some((s) => s.includes('\0'))) bad('argv, cwd and env must not contain NUL', {});
-}

@@ -3,8 +3,8 @@
  * records, the route that streams a process's rings (`O`) with read credit like a file read, and the route
  * of a file system watch (`Y`).
  */
-import { AppError, NotFoundError, SandboxError } from '../../core/errors.js';
-import type { ExecExit, ProcessInfo, ProcessOutputEvent, WatchEvent } from '../../core/sandbox.js';
+import { AppError, InvalidArgumentError, NotFoundError, SandboxError } from '../../core/errors.js';
+import type { ExecExit, ExecRequest, ProcessInfo, ProcessOutputEvent, WatchEvent } from '../../core/sandbox.js';
 import { StreamRoute } from './stream-route.js';
 import { V, dec, deferred, failure, num, type Link } from './wire.js';
 
@@ -110,4 +110,35 @@ export class WatchRoute extends StreamRoute<WatchEvent> {
   protected failOpen(err: AppError): void {
     this.opened.reject(err);
   }
+}
+
+// ---- checks shared by the channel's command verbs ----
+
+export function checkTag(execId: string): void {
+  if (typeof execId !== 'string' || !TAG_RE.test(execId)) {
+    throw new InvalidArgumentError('execId must be 1-64 printable ASCII characters without spaces', { details: { execId } });
+  }
+}
+
+export function notFoundProcess(e: unknown, execId: string): unknown {
+  return e instanceof AppError && (e.details as { errno?: string } | undefined)?.errno === 'ESRCH' ? new NotFoundError('process', execId) : e;
+}
+
+export function validateExec(req: ExecRequest): void {
+  const bad = (message: string, details: Record<string, unknown>): never => {
+    throw new InvalidArgumentError(message, { details });
+  };
+  if (!Array.isArray(req.argv) || req.argv.length === 0 || !req.argv.every((a) => typeof a === 'string')) {
+    bad('argv must be a non-empty array of strings', { argv: req.argv });
+  }
+  if (req.cwd !== undefined && (typeof req.cwd !== 'string' || (req.cwd !== '' && !req.cwd.startsWith('/')))) {
+    bad('cwd must be an absolute path', { cwd: req.cwd });
+  }
+  const t = req.timeoutMs ?? 0;
+  if (!Number.isSafeInteger(t) || t < 0) bad('timeoutMs must be a non-negative integer', { timeoutMs: t });
+  for (const [k, v] of Object.entries(req.env ?? {})) {
+    if (k === '' || k.includes('=') || typeof v !== 'string') bad('env keys must be non-empty without "=" and values strings', { key: k });
+  }
+  const strings = [...req.argv, req.cwd ?? '', ...Object.entries(req.env ?? {}).flat()];
+  if (strings.some((s) => s.includes('\0'))) bad('argv, cwd and env must not contain NUL', {});
 }

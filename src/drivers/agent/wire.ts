@@ -93,7 +93,7 @@ const ERRNO: Record<number, string> = {
   1: 'EPERM', 2: 'ENOENT', 3: 'ESRCH', 4: 'EINTR', 5: 'EIO', 7: 'E2BIG', 9: 'EBADF', 11: 'EAGAIN',
   12: 'ENOMEM', 13: 'EACCES', 16: 'EBUSY', 17: 'EEXIST', 18: 'EXDEV', 20: 'ENOTDIR', 21: 'EISDIR',
   22: 'EINVAL', 23: 'ENFILE', 24: 'EMFILE', 26: 'ETXTBSY', 27: 'EFBIG', 28: 'ENOSPC', 30: 'EROFS',
-  31: 'EMLINK', 36: 'ENAMETOOLONG', 38: 'ENOSYS', 39: 'ENOTEMPTY', 40: 'ELOOP', 122: 'EDQUOT',
+  31: 'EMLINK', 32: 'EPIPE', 36: 'ENAMETOOLONG', 38: 'ENOSYS', 39: 'ENOTEMPTY', 40: 'ELOOP', 122: 'EDQUOT',
 };
 
 /** Maps an agent failure (`r <id> <errno> <message>`) to an AppError; details carry {errno, path}. */

@@ -64,6 +64,18 @@ export async function readStats(sandboxId: string): Promise<CgroupStats> {
   return { cpuSeconds: cpuNs / 1e9, memoryBytes: mem, peakMemoryBytes: peak };
 }
 
+/**
+ * Why the kernel stopped the sandbox, if it was its memory limit: the memory cgroup counts OOM kills
+ * (`oom_kill` in memory.oom_control). Undefined when none happened or the cgroup is gone.
+ */
+export async function oomKilled(sandboxId: string): Promise<{ limitBytes: number } | undefined> {
+  const text = await readFile(path('memory', sandboxId, 'memory.oom_control'), 'utf8').catch(() => '');
+  const kills = Number(/^oom_kill (\d+)$/m.exec(text)?.[1] ?? 0);
+  if (kills === 0) return undefined;
+  const limit = Number((await readFile(path('memory', sandboxId, 'memory.limit_in_bytes'), 'utf8').catch(() => '0')).trim()) || 0;
+  return { limitBytes: limit };
+}
+
 /** The cgroup v1 hierarchies mounted (cpu and cpuacct are usually one, under two names). */
 async function hierarchies(): Promise<string[]> {
   const names = await readdir(CGROUP_ROOT).catch(() => [] as string[]);

@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsc, existsSync, openSync, closeSync } from 'node:fs';
-import { mkdir, readFile, readdir, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
@@ -27,8 +27,10 @@ import {
   NoSpaceError,
 } from '../../core/index.js';
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
-import { cgroupPids, freeze, freezerState, imageBound, readStats, removeCgroups, thaw } from './cgroup.js';
+import { TcpListenerRegistry } from '../agent/sockets.js';
+import { cgroupPids, freeze, freezerState, oomKilled, readStats, removeCgroups, thaw } from './cgroup.js';
 import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
+import { ensureRoom, pausedDeath, runningFromStateFile } from './host-checks.js';
 import { Runsc } from './runsc.js';
 import { ociSpec, type SandboxPaths } from './spec.js';
 
@@ -111,11 +113,12 @@ export class GvisorDriver implements SandboxDriver {
 
   private readonly runsc: Runsc;
   private readonly live = new Map<string, Live>();
-  private readonly exitListeners: Array<(id: string, reason: string) => void> = [];
+  private readonly exitListeners: Array<(id: string, reason: string, last?: SandboxStats) => void> = [];
   private readonly agentTimeoutMs: number;
   /** Removals of checkpointed sandboxes still running in the background, by sandbox id. */
   private readonly cleanups = new Map<string, Promise<void>>();
   private pausedWatch: NodeJS.Timeout | undefined;
+  private readonly tcp = new TcpListenerRegistry();
 
   constructor(private readonly opts: GvisorDriverOptions) {
     this.runsc = new Runsc({
@@ -167,9 +170,10 @@ export class GvisorDriver implements SandboxDriver {
     const dir = this.dir(spec.sandboxId);
     await rm(dir, { recursive: true, force: true });
     await mkdir(join(dir, 'bundle'), { recursive: true });
-    await writeFile(join(dir, 'bundle', 'config.json'), JSON.stringify(ociSpec(spec, paths)));
+    // 0600: the spec carries the session's environment, whose values are secrets.
+    await writeFile(join(dir, 'bundle', 'config.json'), JSON.stringify(ociSpec(spec, paths)), { mode: 0o600 });
     await writeFile(join(dir, 'paths.json'), JSON.stringify(paths));
-    await writeFile(join(dir, 'spec.json'), JSON.stringify(spec));
+    await writeFile(join(dir, 'spec.json'), JSON.stringify(spec), { mode: 0o600 });
     const fifoIn = join(dir, 'agent.in');
     const fifoOut = join(dir, 'agent.out');
     const mk = spawnSync('mkfifo', ['-m', '600', fifoIn, fifoOut]);
@@ -216,7 +220,7 @@ export class GvisorDriver implements SandboxDriver {
     const output = new Socket({ fd: wr, readable: false, writable: true });
     let channel: AgentChannel;
     try {
-      channel = await AgentChannel.connect({ input, output, signal: opts.signal, timeoutMs: this.agentTimeoutMs });
+      channel = await AgentChannel.connect({ input, output, signal: opts.signal, timeoutMs: this.agentTimeoutMs, acceptTcp: this.tcp.acceptorFor(sandboxId) });
     } catch (e) {
       input.destroy();
       output.destroy();
@@ -232,26 +236,50 @@ export class GvisorDriver implements SandboxDriver {
   }
 
   private async reportExit(sandboxId: string): Promise<void> {
+    // Read the cgroup first: it still holds the peak and the OOM count while runsc winds the sandbox down.
+    const [last, oom] = await Promise.all([readStats(sandboxId).catch(() => undefined), oomKilled(sandboxId)]);
     const st = await this.runsc.state(sandboxId).catch(() => undefined);
-    const reason = st ? `sandbox ${st.status}; agent channel closed` : 'sandbox exited';
-    for (const l of this.exitListeners) l(sandboxId, reason);
+    const reason = oom
+      ? `out_of_memory: the sandbox was killed at its memory limit of ${Math.round(oom.limitBytes / (1 << 20))} MiB (peak ${last?.peakMemoryBytes ?? 0} bytes)`
+      : st ? `sandbox ${st.status}; agent channel closed` : 'sandbox exited';
+    for (const l of this.exitListeners) l(sandboxId, reason, last && last.peakMemoryBytes > 0 ? last : undefined);
   }
 
   async adopt(spec: SandboxSpec, opts: CallOptions = {}): Promise<boolean> {
     if (this.live.has(spec.sandboxId)) return true;
     const marker = await readMarker(this.markerPath(spec.sandboxId));
     if (marker) return this.finishSnapshot(spec, marker, opts);
-    if (!existsSync(join(this.dir(spec.sandboxId), 'agent.in'))) return false;
+    const no = (why: string) => {
+      this.opts.log?.(`cannot re-adopt sandbox ${spec.sandboxId}: ${why}`);
+      return false;
+    };
+    if (!existsSync(join(this.dir(spec.sandboxId), 'agent.in'))) return no('its directory has no agent FIFO');
     // runsc talks to the sentry to report state, and a frozen sentry never answers: thaw first. The
     // engine re-applies pause from its record afterwards.
     if ((await freezerState(spec.sandboxId)) !== undefined) await thaw(spec.sandboxId).catch(() => undefined);
-    const st = await this.runsc.state(spec.sandboxId, { ...opts, timeoutMs: 30_000 }).catch(() => undefined);
-    if (!st || st.status !== 'running') return false;
+    // A failing `runsc state` is not a missing sandbox: asked again, and if it keeps failing the error goes
+    // up (recovery retries the session, then fails it with this reason) rather than the sandbox being destroyed.
+    // Most sandboxes at a restart simply run: runsc's own state file says so and its sandbox pid is alive.
+    // That is read directly; a `runsc state` (a Go binary, 0.3-0.7 s each on a loaded host, 30 of them at a
+    // restart of 30 sessions) is asked only when the file does not settle it.
+    let st: { status: string; pid: number } | undefined = await runningFromStateFile(join(this.opts.stateDir, 'runsc'), spec.sandboxId);
+    for (let attempt = 1; !st; attempt++) {
+      try {
+        st = await this.runsc.state(spec.sandboxId, { ...opts, timeoutMs: 30_000 });
+        if (!st) break;
+      } catch (e) {
+        this.opts.log?.(`runsc state of ${spec.sandboxId} failed (attempt ${attempt} of ${STATE_ATTEMPTS}): ${(e as Error).message}`);
+        if (attempt >= STATE_ATTEMPTS || opts.signal?.aborted) throw e;
+        await sleep(250 * attempt);
+      }
+    }
+    if (!st) return no('runsc has no such container');
+    if (st.status !== 'running') return no(`runsc state says ${st.status}`);
     try {
       await this.attach(spec.sandboxId, opts);
       return true;
-    } catch {
-      return false;
+    } catch (e) {
+      return no((e as Error).message);
     }
   }
 
@@ -422,6 +450,7 @@ export class GvisorDriver implements SandboxDriver {
       this.live.delete(sandboxId);
       entry.channel.close();
     }
+    this.tcp.forget(sandboxId);
     await this.reap(sandboxId);
     await rm(this.dir(sandboxId), { recursive: true, force: true });
   }
@@ -440,7 +469,8 @@ export class GvisorDriver implements SandboxDriver {
     if (st && (st.status === 'running' || st.status === 'created')) {
       await this.runsc.run(['kill', sandboxId, 'KILL'], { allowFail: true, timeoutMs: 10_000 }).catch(() => undefined);
     }
-    const deadline = Date.now() + 30_000;
+    // Dozens of reaps at once each scan /proc: the wait grows (20→250 ms) so the scans do not starve the exits.
+    const deadline = Date.now() + 60_000;
     for (let round = 0; ; round++) {
       const pids = new Set([...(await cgroupPids(sandboxId)), ...pidsOf(await this.processes(), sandboxId)]);
       if (pids.size === 0) break;
@@ -453,7 +483,7 @@ export class GvisorDriver implements SandboxDriver {
         }
       }
       if (round % 10 === 0) await thaw(sandboxId).catch(() => undefined);
-      await sleep(20);
+      await sleep(Math.min(20 + round * 10, 250));
     }
     await this.runsc.run(['delete', '--force', sandboxId], { allowFail: true, timeoutMs: 30_000 }).catch(() => undefined);
     // runsc keeps a state file, a lock and a socket per sandbox; one it failed to delete goes here.
@@ -479,7 +509,7 @@ export class GvisorDriver implements SandboxDriver {
     return readStats(sandboxId);
   }
 
-  onExit(listener: (sandboxId: string, reason: string) => void): void {
+  onExit(listener: (sandboxId: string, reason: string, last?: SandboxStats) => void): void {
     this.exitListeners.push(listener);
   }
 
@@ -513,6 +543,12 @@ export class GvisorDriver implements SandboxDriver {
   async killProcess(sandboxId: string, execId: string, opts: CallOptions & { signalNumber?: number } = {}): Promise<boolean> {
     return this.channel(sandboxId).killProcess(execId, opts);
   }
+  readonly openTcp: SandboxDriver['openTcp'] = async (id, port, opts) => this.channel(id).sockets.openTcp(port, opts);
+  readonly listenTcp: SandboxDriver['listenTcp'] = async (id, port, onConn, opts) => this.tcp.listen(id, async () => this.channel(id).sockets, port, onConn, opts);
+  readonly openTerminal: SandboxDriver['openTerminal'] = async (id, termId, req, opts) => this.channel(id).terminals.open(termId, req, opts);
+  readonly listTerminals: SandboxDriver['listTerminals'] = async (id, opts) => this.channel(id).terminals.list(opts);
+  readonly writeTerminal: SandboxDriver['writeTerminal'] = async (id, termId, data, opts) => this.channel(id).terminals.write(termId, data, opts);
+  readonly resizeTerminal: SandboxDriver['resizeTerminal'] = async (id, termId, size, opts) => this.channel(id).terminals.resize(termId, size, opts);
   async watchFiles(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
     return this.channel(sandboxId).watch(path, opts);
   }
@@ -545,42 +581,11 @@ export class GvisorDriver implements SandboxDriver {
   }
 }
 
-/** Room kept free beyond the estimate of a checkpoint image, bytes: runsc's own metadata and slack. */
-const IMAGE_MARGIN_BYTES = 64 << 20;
-
-/**
- * Throws NoSpaceError when the image directory's filesystem has less free room than the image can take
- * (see imageBound: the application's pages and, with the overlay in memory, its written files).
- */
-async function ensureRoom(sandboxId: string, imageDir: string): Promise<void> {
-  const need = (await imageBound(sandboxId)) + IMAGE_MARGIN_BYTES;
-  const fs = await statfs(imageDir).catch(() => undefined);
-  if (!fs) return;
-  const free = fs.bavail * fs.bsize;
-  if (free < need) {
-    const mb = (n: number) => Math.round(n / (1 << 20));
-    throw new NoSpaceError(`not enough room for the checkpoint image in ${imageDir}: about ${mb(need)} MB needed, ${mb(free)} MB free`, {
-      details: { imageDir, neededBytes: need, freeBytes: free },
-    });
-  }
-}
+/** Tries of `runsc state` when re-adopting a sandbox (see adopt). */
+const STATE_ATTEMPTS = 4;
 
 /** How often paused sandboxes are looked at from the host, ms. */
 const PAUSED_WATCH_MS = 1000;
-
-/** Why a frozen sandbox is dead, or undefined while it lives: no task left, or SIGKILL pending in one. */
-async function pausedDeath(sandboxId: string): Promise<string | undefined> {
-  const pids = await cgroupPids(sandboxId);
-  if (pids.length === 0) return 'the sandbox died while paused';
-  for (const pid of pids) {
-    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
-    // SigPnd (this thread) and ShdPnd (the process): bit 8 is SIGKILL (signal 9).
-    for (const m of status.matchAll(/^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)$/gm)) {
-      if ((BigInt(`0x${m[1]}`) & 0x100n) !== 0n) return 'the sandbox was killed while paused (SIGKILL pending in the frozen sandbox)';
-    }
-  }
-  return undefined;
-}
 
 async function readManifest(imageDir: string): Promise<ImageManifest> {
   try {

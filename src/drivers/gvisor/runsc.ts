@@ -84,15 +84,22 @@ export class Runsc {
     }
   }
 
-  /** `runsc state`: undefined when the container does not exist. */
+  /**
+   * `runsc state`: undefined when the container does not exist (runsc says "does not exist"). Any other
+   * failure throws: under load a `runsc state` of a live sandbox can fail, and reading that as "gone" made
+   * recovery destroy running sessions (the orphans fault test, 1 run in 4).
+   */
   async state(id: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<{ status: string; pid: number } | undefined> {
     const r = await this.run(['state', id], { ...opts, allowFail: true });
-    if (r.code !== 0) return undefined;
+    if (r.code !== 0) {
+      if (/does not exist/.test(r.stderr)) return undefined;
+      throw new SandboxError(`runsc state ${id} failed (exit ${r.code}): ${lastLines(r.stderr || r.stdout) || 'no output'}`, { retryable: true });
+    }
     try {
       const s = JSON.parse(r.stdout) as { status: string; pid: number };
       return { status: s.status, pid: s.pid };
     } catch {
-      return undefined;
+      throw new SandboxError(`runsc state ${id} printed no state: ${lastLines(r.stdout || r.stderr) || 'no output'}`, { retryable: true });
     }
   }
 

@@ -26,7 +26,7 @@ export const DEFAULT_ROOTFS_RECIPE: RootfsRecipe = Object.freeze({
   // Depends, not their Recommends, so the image stays small.
   include: Object.freeze([
     'python3', 'python3-pip', 'python3-venv', 'procps', 'ca-certificates', 'git', 'curl', 'make', 'less',
-    'unzip', 'xz-utils', 'jq',
+    'unzip', 'xz-utils', 'jq', 'vim-tiny',
   ]),
   mirror: 'http://deb.debian.org/debian',
 });

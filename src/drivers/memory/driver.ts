@@ -21,10 +21,13 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { duplexPair, type Duplex } from 'node:stream';
 import { deserialize, serialize } from 'node:v8';
 import {
   InvalidArgumentError,
+  InvalidStateError,
   NotFoundError,
+  PortClosedError,
   SandboxError,
   throwIfAborted,
   type BackendName,
@@ -39,21 +42,26 @@ import {
   type ProcessOutputEvent,
   type ProcessOutputOptions,
   type SandboxDriver,
+  type TerminalInfo,
+  type TerminalRequest,
   type WatchEvent,
   type SandboxIdentity,
   type SandboxSpec,
   type SandboxStats,
+  type TcpConnectionHandler,
+  type TcpListener,
 } from '../../core/index.js';
 import { MemoryExec } from './exec.js';
 import { MemoryFs, concat, type MemNode } from './fs.js';
 import { ProcessTable, watchTree } from './processes.js';
+import { MemoryTerminal } from './terminal.js';
 import { EMPTY, runProgram, type ShellContext } from './shell.js';
 
 /** The port methods failNext can make fail. */
 export const MEMORY_DRIVER_OPS = [
   'probe', 'create', 'adopt', 'list', 'exec', 'readFile', 'writeFile', 'listFiles', 'stat', 'realpath', 'mkdir',
   'remove', 'rename', 'pause', 'resume', 'checkpoint', 'restore', 'stats', 'destroy', 'startProcess', 'listProcesses',
-  'processOutput', 'killProcess', 'watchFiles',
+  'processOutput', 'killProcess', 'watchFiles', 'openTcp', 'listenTcp', 'openTerminal', 'listTerminals', 'writeTerminal', 'resizeTerminal',
 ] as const;
 export type MemoryDriverOp = (typeof MEMORY_DRIVER_OPS)[number];
 
@@ -84,6 +92,8 @@ interface Image {
   root: MemNode;
   /** Background process records (absent in images written before they existed). */
   procs?: ReturnType<ProcessTable['snapshot']>;
+  /** Ports listened on (listeners are part of the machine, as the agent's are). */
+  ports?: number[];
 }
 
 /** As the agent's RING_MAX and BG_MAX. */
@@ -94,9 +104,16 @@ class Box {
   paused: { promise: Promise<void>; resolve: () => void } | null = null;
   readonly jobs = new Set<AbortController>();
   readonly execs = new Set<MemoryExec>();
+  /** Live terminals (their records are in procs). */
+  readonly terms = new Map<string, { t: MemoryTerminal; size: { cols: number; rows: number } }>();
   cpuMs = 0;
   peak = 0;
   nextPid = 100;
+  /** Loopback ports a listener holds inside this machine (listenTcp); connections are not kept. */
+  readonly ports = new Set<number>();
+  /** Connections open to or from the machine, reset when it stops. */
+  readonly sockets = new Set<Duplex>();
+  nextPort = 40000;
   constructor(
     readonly spec: SandboxSpec,
     readonly fs: MemoryFs,
@@ -109,6 +126,8 @@ class Box {
     this.jobs.clear();
     for (const e of this.execs) void e.kill(9);
     this.execs.clear();
+    for (const s of this.sockets) s.destroy(new SandboxError('the sandbox stopped'));
+    this.sockets.clear();
     this.paused?.resolve();
   }
 }
@@ -120,6 +139,8 @@ export class MemoryDriver implements SandboxDriver {
   private readonly listeners: Array<(sandboxId: string, reason: string) => void> = [];
   private readonly faults = new Map<MemoryDriverOp, Array<Fault>>();
   private readonly now: () => number;
+  /** Handlers of listenTcp by sandbox and port: the host's side, which outlives a checkpoint/restore. */
+  private readonly tcp = new Map<string, Map<number, TcpConnectionHandler>>();
 
   constructor(private readonly o: MemoryDriverOptions = {}) {
     this.name = o.name ?? 'gvisor';
@@ -183,11 +204,12 @@ export class MemoryDriver implements SandboxDriver {
     return b;
   }
 
-  private start(spec: SandboxSpec, fs: MemoryFs, procs?: Image['procs']): void {
+  private start(spec: SandboxSpec, fs: MemoryFs, procs?: Image['procs'], ports?: number[]): void {
     if (this.boxes.has(spec.sandboxId)) throw new SandboxError(`sandbox ${spec.sandboxId} already exists`);
     const table = new ProcessTable({ ringBytes: this.capabilities.processRingBytes, max: this.capabilities.maxProcesses, now: this.now });
     if (procs) table.load(procs);
     const box = new Box(spec, fs, table);
+    for (const p of ports ?? []) box.ports.add(p);
     this.applyIdentity(box, spec.identity);
     this.boxes.set(spec.sandboxId, box);
   }
@@ -286,6 +308,56 @@ export class MemoryDriver implements SandboxDriver {
     return { pid };
   }
 
+  async openTerminal(sandboxId: string, termId: string, req: TerminalRequest, opts?: CallOptions): Promise<{ pid: number }> {
+    this.fault('openTerminal', opts);
+    for (const k of ['cols', 'rows'] as const) {
+      const v = req[k];
+      if (!Number.isInteger(v) || v < 1 || v > 1000) throw new InvalidArgumentError(`${k} must be an integer from 1 to 1000`, { details: { [k]: v } });
+    }
+    const box = this.box(sandboxId);
+    box.procs.admit(termId);
+    const t = new MemoryTerminal({
+      argv: req.argv ?? [],
+      cols: req.cols,
+      rows: req.rows,
+      run: (argv) => this.exec(sandboxId, { argv, cwd: req.cwd, env: req.env, stdin: true }),
+    });
+    const pid = box.nextPid++;
+    const size = { cols: req.cols, rows: req.rows };
+    box.procs.add(termId, req.argv?.length ? req.argv : ['/bin/sh'], pid, t.handle, size);
+    box.terms.set(termId, { t, size });
+    t.start();
+    return { pid };
+  }
+
+  async listTerminals(sandboxId: string, opts?: CallOptions): Promise<TerminalInfo[]> {
+    this.fault('listTerminals', opts);
+    return this.box(sandboxId).procs.listTerminals();
+  }
+
+  async writeTerminal(sandboxId: string, termId: string, data: Uint8Array, opts?: CallOptions): Promise<void> {
+    this.fault('writeTerminal', opts);
+    const box = this.box(sandboxId);
+    const rec = box.procs.terminal(termId);
+    const live = box.terms.get(termId);
+    if (rec.info.state === 'exited' || !live || live.t.handle.exited) throw new InvalidStateError(`terminal ${termId} has ended`, { details: { termId } });
+    await box.running();
+    live.t.input(data);
+  }
+
+  async resizeTerminal(sandboxId: string, termId: string, size: { cols: number; rows: number }, opts?: CallOptions): Promise<void> {
+    this.fault('resizeTerminal', opts);
+    for (const k of ['cols', 'rows'] as const) {
+      const v = size[k];
+      if (!Number.isInteger(v) || v < 1 || v > 1000) throw new InvalidArgumentError(`${k} must be an integer from 1 to 1000`, { details: { [k]: v } });
+    }
+    const box = this.box(sandboxId);
+    const rec = box.procs.terminal(termId);
+    rec.terminal.cols = size.cols;
+    rec.terminal.rows = size.rows;
+    box.terms.get(termId)?.t.resize(size.cols, size.rows);
+  }
+
   async listProcesses(sandboxId: string, opts?: CallOptions): Promise<ProcessInfo[]> {
     this.fault('listProcesses', opts);
     return this.box(sandboxId).procs.list();
@@ -306,6 +378,55 @@ export class MemoryDriver implements SandboxDriver {
     const fs = this.box(sandboxId).fs;
     const root = fs.stat(path).path; // a missing path fails here, as inotify_add_watch would
     return watchTree(fs, root, !!opts.recursive, opts.signal);
+  }
+
+  /**
+   * In-process TCP: a port is "listened on" inside the machine by listenTcp; openTcp to it makes a pair of
+   * connected Duplexes (half-close and destroy behave as a socket's), one end for each side. Nothing is
+   * opened on the host. A port no listener holds is refused, as ECONNREFUSED.
+   */
+  async openTcp(sandboxId: string, port: number, opts?: CallOptions): Promise<Duplex> {
+    this.fault('openTcp', opts);
+    checkPort(port, false);
+    const box = this.box(sandboxId);
+    await box.running();
+    const handler = this.tcp.get(sandboxId)?.get(port);
+    if (!box.ports.has(port)) throw new PortClosedError(port);
+    const [ours, theirs] = duplexPair();
+    for (const [s, peer] of [[ours, theirs], [theirs, ours]] as const) {
+      box.sockets.add(s);
+      s.once('close', () => {
+        box.sockets.delete(s);
+        // An end destroyed before both directions finished is a reset, as a socket's RST: the peer fails too.
+        if (!(s.readableEnded && s.writableFinished) && !peer.destroyed) {
+          peer.destroy(peer.listenerCount('error') ? new SandboxError(`port ${port}: connection reset`) : undefined);
+        }
+      });
+    }
+    if (handler) handler(theirs, { port, peerPort: box.nextPort++ });
+    else theirs.destroy(); // the listener's host side is gone (a fork branch): accepted, then reset
+    return ours;
+  }
+
+  async listenTcp(sandboxId: string, port: number, onConnection: TcpConnectionHandler, opts?: CallOptions): Promise<TcpListener> {
+    this.fault('listenTcp', opts);
+    checkPort(port, true);
+    if (typeof onConnection !== 'function') throw new InvalidArgumentError('onConnection must be a function');
+    const box = this.box(sandboxId);
+    let bound = port;
+    if (!bound) while (box.ports.has((bound = box.nextPort++)));
+    box.ports.add(bound);
+    let m = this.tcp.get(sandboxId);
+    if (!m) this.tcp.set(sandboxId, (m = new Map()));
+    m.set(bound, onConnection);
+    return {
+      port: bound,
+      close: async () => {
+        if (this.tcp.get(sandboxId)?.get(bound) !== onConnection) return;
+        this.tcp.get(sandboxId)?.delete(bound);
+        this.boxes.get(sandboxId)?.ports.delete(bound);
+      },
+    };
   }
 
   async rename(sandboxId: string, from: string, to: string, opts?: CallOptions): Promise<void> {
@@ -384,7 +505,7 @@ export class MemoryDriver implements SandboxDriver {
   async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
     const midway = this.fault('checkpoint', opts);
     const box = this.box(sandboxId);
-    const image: Image = { version: 1, root: box.fs.root, procs: box.procs.snapshot() };
+    const image: Image = { version: 1, root: box.fs.root, procs: box.procs.snapshot(), ports: [...box.ports] };
     const bytes = serialize(image);
     await writeFile(join(imageDir, IMAGE_FILE), midway ? bytes.subarray(0, bytes.byteLength >> 1) : bytes);
     if (midway) throw midway;
@@ -406,7 +527,7 @@ export class MemoryDriver implements SandboxDriver {
       throw new SandboxError(`cannot read the image in ${imageDir}: ${(e as Error).message}`, { cause: e });
     }
     throwIfAborted(opts?.signal);
-    this.start(spec, new MemoryFs(image.root as Extract<MemNode, { type: 'dir' }>, this.now), image.procs);
+    this.start(spec, new MemoryFs(image.root as Extract<MemNode, { type: 'dir' }>, this.now), image.procs, image.ports);
     if (midway) throw midway;
   }
 
@@ -422,6 +543,7 @@ export class MemoryDriver implements SandboxDriver {
     this.fault('destroy', opts);
     this.boxes.get(sandboxId)?.stopAll();
     this.boxes.delete(sandboxId);
+    this.tcp.delete(sandboxId);
   }
 
   onExit(listener: (sandboxId: string, reason: string) => void): void {
@@ -439,5 +561,11 @@ export class MemoryDriver implements SandboxDriver {
       for (const e of box.execs) void e.kill(9);
       box.execs.clear();
     }
+  }
+}
+
+function checkPort(port: number, allowZero: boolean): void {
+  if (!Number.isInteger(port) || port < (allowZero ? 0 : 1) || port > 65535) {
+    throw new InvalidArgumentError(`port must be an integer from ${allowZero ? 0 : 1} to 65535`, { details: { port } });
   }
 }

@@ -6,7 +6,7 @@
  * does not carry live commands, `liveMemory: false`).
  */
 import type { MemoryFs } from './fs.js';
-import { AppError, NotFoundError, abortError, type WatchEvent, type ExecExit, type ExecHandle, type ProcessInfo, type ProcessOutputEvent, type ProcessOutputOptions } from '../../core/index.js';
+import { AppError, NotFoundError, abortError, type WatchEvent, type ExecExit, type ExecHandle, type ProcessInfo, type ProcessOutputEvent, type ProcessOutputOptions, type TerminalInfo } from '../../core/index.js';
 
 /** The last `cap` bytes of a stream; offsets count every byte ever appended. */
 export class Ring {
@@ -48,6 +48,8 @@ export interface ProcRecord {
   info: ProcessInfo;
   out: Ring;
   err: Ring;
+  /** Set for a terminal: its window size (the agent's `pty` records). */
+  terminal?: { cols: number; rows: number };
 }
 
 const CHUNK = 48 * 1024;
@@ -70,8 +72,9 @@ export class ProcessTable {
   }
 
   /** Takes over a started command: its output fills the rings from now on. */
-  add(execId: string, argv: string[], pid: number, h: ExecHandle): void {
+  add(execId: string, argv: string[], pid: number, h: ExecHandle, terminal?: { cols: number; rows: number }): void {
     const rec: ProcRecord = {
+      terminal,
       info: { execId, pid, argv: [...argv], state: 'running', exit: null, startedAt: this.o.now(), endedAt: null, stdoutBytes: 0, stderrBytes: 0 },
       out: new Ring(this.o.ringBytes),
       err: new Ring(this.o.ringBytes),
@@ -99,7 +102,18 @@ export class ProcessTable {
   }
 
   list(): ProcessInfo[] {
-    return this.records.map((r) => this.view(r));
+    return this.records.filter((r) => !r.terminal).map((r) => this.view(r));
+  }
+
+  listTerminals(): TerminalInfo[] {
+    return this.records.flatMap((r) => (r.terminal ? [{ ...this.view(r), ...r.terminal }] : []));
+  }
+
+  /** A terminal's record (NotFoundError when termId names none). */
+  terminal(termId: string): ProcRecord & { terminal: { cols: number; rows: number } } {
+    const r = this.records.find((x) => x.info.execId === termId && x.terminal);
+    if (!r) throw new NotFoundError('terminal', termId);
+    return r as ProcRecord & { terminal: { cols: number; rows: number } };
   }
 
   private view(r: ProcRecord): ProcessInfo {
@@ -160,8 +174,9 @@ export class ProcessTable {
   }
 
   /** The records as a checkpoint keeps them: running ones as killed (SIGKILL), since commands do not carry over. */
-  snapshot(): Array<{ info: ProcessInfo; out: { offset: number; data: Uint8Array }; err: { offset: number; data: Uint8Array } }> {
+  snapshot(): Array<{ info: ProcessInfo; out: { offset: number; data: Uint8Array }; err: { offset: number; data: Uint8Array }; terminal?: { cols: number; rows: number } }> {
     return this.records.map((r) => ({
+      ...(r.terminal ? { terminal: { ...r.terminal } } : {}),
       info: r.info.state === 'running' ? { ...r.info, state: 'exited', exit: { code: 137, signal: 9, timedOut: false }, endedAt: this.o.now() } : r.info,
       out: { offset: r.out.start, data: concatRing(r.out) },
       err: { offset: r.err.start, data: concatRing(r.err) },
@@ -174,7 +189,7 @@ export class ProcessTable {
       const err = new Ring(this.o.ringBytes);
       out.seek(s.out.offset);
       err.seek(s.err.offset);
-      this.records.push({ info: s.info, out: refill(out, s.out.data), err: refill(err, s.err.data) });
+      this.records.push({ info: s.info, out: refill(out, s.out.data), err: refill(err, s.err.data), ...(s.terminal ? { terminal: { ...s.terminal } } : {}) });
     }
   }
 }

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { open, readFile, rename, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { type SandboxIdentity, InvalidStateError, NotFoundError, SandboxError } from '../../core/index.js';
 import type { MachineConfig } from './machine.js';
 import type { QmpClient } from './qmp.js';
@@ -96,5 +96,41 @@ export async function fsyncFile(path: string, flags = 'r+'): Promise<void> {
     await fh.sync();
   } finally {
     await fh.close();
+  }
+}
+
+/**
+ * Makes images durable after checkpoint() has returned: their files are fsynced, then the manifest is
+ * written, last, as the commit mark. An image without a manifest is not one (restore says not_found), so
+ * a crash before the commit loses the image but never leaves a torn one that restores into a corrupt
+ * guest. This keeps the host's write-back of ~130 MB (~50 ms here) out of hibernate's latency; a restore
+ * in this process uses the manifest held here meanwhile (the files are complete, only not yet durable),
+ * and the driver's close() waits for pending commits (settled()).
+ */
+export class ImageCommits {
+  private readonly entries = new Map<string, { manifest: ImageManifest; done: Promise<void> }>();
+
+  constructor(private readonly log?: (line: string) => void) {}
+
+  /** Queues the commit work of one image after any earlier one of the same directory. */
+  add(imageDir: string, manifest: ImageManifest, work: () => Promise<void>): void {
+    const key = resolve(imageDir);
+    const prev = this.entries.get(key)?.done ?? Promise.resolve();
+    const done = prev.then(work).catch((e: unknown) => this.log?.(`committing image ${imageDir} failed: ${(e as Error).message}`));
+    const entry = { manifest, done };
+    this.entries.set(key, entry);
+    void done.finally(() => {
+      if (this.entries.get(key) === entry) this.entries.delete(key);
+    });
+  }
+
+  /** The manifest of an image still being committed, if it is one. */
+  pending(imageDir: string): ImageManifest | undefined {
+    return this.entries.get(resolve(imageDir))?.manifest;
+  }
+
+  /** Resolves once every queued commit has finished. */
+  async settled(): Promise<void> {
+    await Promise.all([...this.entries.values()].map((c) => c.done));
   }
 }

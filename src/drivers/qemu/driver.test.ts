@@ -3,7 +3,7 @@
  * probe passes, else TCG), the real agent. Nothing is mocked.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../../test/conformance/driver-suite.js';
 import { newMachineId, type SandboxSpec } from '../../core/index.js';
 import { AGENT_PATH, IMAGE_CACHE, hasCommand, skipReason } from '../../../test/helpers/env.js';
+import { CONSOLE_RING_BYTES } from './console.js';
 import { QemuDriver } from './driver.js';
 
 const missing = hasCommand('qemu-system-x86_64') ? undefined : 'qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)';
@@ -192,7 +193,16 @@ if (skipReason('QEMU driver', missing)) {
       const s = spec('adopt');
       await d.create(s);
       await sh(s.sandboxId, 'echo kept > /tmp/k');
+      // A guest flooding its console (4 MiB here) leaves at most the ring's 1 MiB on the host's disk, the newest part.
+      const flood = await sh(s.sandboxId, 'head -c 4194304 /dev/zero | tr "\\0" x > /dev/ttyS0; echo END-OF-FLOOD > /dev/ttyS0');
+      expect(flood.code).toBe(0);
+      const serialLog = join(stateDir, s.sandboxId, 'serial.log');
+      for (let i = 0; i < 100 && !(await readFile(serialLog, 'utf8').catch(() => '')).includes('END-OF-FLOOD'); i++) await sleep(100);
       await d.close();
+      const kept = await readFile(serialLog, 'utf8');
+      expect(kept).toContain('END-OF-FLOOD');
+      expect((await stat(serialLog)).size).toBeLessThanOrEqual(CONSOLE_RING_BYTES);
+      expect(kept.length).toBeGreaterThan(CONSOLE_RING_BYTES / 2);
       const d2 = new QemuDriver({ stateDir, cacheDir: IMAGE_CACHE, agentPath: AGENT_PATH });
       try {
         expect(await d2.adopt(s)).toBe(true);

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   type CallOptions,
@@ -24,6 +24,7 @@ import {
   UnavailableError,
 } from '../../core/index.js';
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
+import { TcpListenerRegistry } from '../agent/sockets.js';
 import { type GuestImage, type GuestRecipe, ensureGuestImage, withAgent } from '../image/guest.js';
 import {
   QEMU_BINARY,
@@ -42,6 +43,7 @@ import {
 } from './host.js';
 import {
   DISK_FILE,
+  ImageCommits,
   type ImageManifest,
   MANIFEST,
   MEMORY_FILE,
@@ -58,6 +60,8 @@ import { type Accel, probeAccel } from './probe.js';
 
 export { defaultAgentPath } from './host.js';
 import { QmpClient } from './qmp.js';
+import { ConsoleRing } from './console.js';
+import { syncClockSoon, withSignal } from './guest-clock.js';
 
 export interface QemuDriverOptions {
   /** Per-sandbox state: <stateDir>/<sandboxId>/ holds its disk layer, sockets, pid file and logs. Required. */
@@ -90,6 +94,8 @@ interface Live {
   pid: number;
   qmp: QmpClient;
   agentSocket: Socket;
+  /** The guest console's capped ring; absent for a machine started before consoles were rings. */
+  console?: ConsoleRing;
   /** Absent while an adopted machine is paused: its agent cannot answer until resume(). */
   channel?: AgentChannel;
   /** Set while the driver itself stops the machine, so its end is not reported as a crash. */
@@ -99,7 +105,7 @@ interface Live {
   shutdownReason?: string;
   exitInfo?: string;
   peakRss: number;
-  /** A clock resync in flight (see syncClockSoon); every agent call waits for it. */
+  /** A clock resync in flight (see guest-clock.ts); every agent call waits for it. */
   clockSync?: Promise<void>;
 }
 
@@ -131,19 +137,22 @@ export class QemuDriver implements SandboxDriver {
   });
 
   private readonly live = new Map<string, Live>();
+  private readonly tcp = new TcpListenerRegistry();
   private readonly exitListeners: Array<(id: string, reason: string) => void> = [];
   private readonly agentPath: string;
   private readonly bootTimeoutMs: number;
   private readonly restoreTimeoutMs: number;
   private readyP: Promise<{ image: GuestImage; initrd: string; accel: Accel }> | undefined;
   /** Image directories whose commit (fsync, then manifest) is still running, with their manifest. */
-  private readonly commits = new Map<string, { manifest: ImageManifest; done: Promise<void> }>();
+  /** Images checkpointed but not yet durable (checkpoint.ts, ImageCommits). */
+  private readonly commits: ImageCommits;
 
   constructor(private readonly opts: QemuDriverOptions) {
     if (!opts.stateDir || !opts.cacheDir) throw new InvalidArgumentError('QemuDriver needs stateDir and cacheDir');
     this.agentPath = opts.agentPath ?? defaultAgentPath();
     this.bootTimeoutMs = opts.bootTimeoutMs ?? 60_000;
     this.restoreTimeoutMs = opts.restoreTimeoutMs ?? 20_000;
+    this.commits = new ImageCommits(opts.log);
   }
 
   /** Checks the QEMU tools, builds the guest image if needed and decides the accelerator (all cached). */
@@ -152,7 +161,7 @@ export class QemuDriver implements SandboxDriver {
       const r = spawnSync(bin, ['--version'], { stdio: 'ignore' });
       if (r.error || r.status !== 0) throw new UnavailableError(`${bin} is not installed: run \`apt-get install -y ${pkg}\` as root`);
     }
-    await this.withSignal(this.ready(), opts.signal);
+    await withSignal(this.ready(), opts.signal);
   }
 
   /** The guest image, its initramfs with the agent, and the accelerator verdict: once per driver. */
@@ -196,7 +205,7 @@ export class QemuDriver implements SandboxDriver {
   // ---- lifecycle -------------------------------------------------------------------------------
 
   async create(spec: SandboxSpec, opts: CallOptions = {}): Promise<void> {
-    const r = await this.withSignal(this.ready(), opts.signal);
+    const r = await withSignal(this.ready(), opts.signal);
     const config = machineConfig({
       accel: r.accel,
       memoryMb: spec.limits.memoryMb,
@@ -216,8 +225,8 @@ export class QemuDriver implements SandboxDriver {
 
   async restore(spec: SandboxSpec, imageDir: string, opts: CallOptions = {}): Promise<void> {
     // An image this process wrote is complete before its commit is durable; a restore need not wait.
-    const manifest = this.commits.get(resolve(imageDir))?.manifest ?? (await readManifest(imageDir));
-    const r = await this.withSignal(this.ready(), opts.signal);
+    const manifest = this.commits.pending(imageDir) ?? (await readManifest(imageDir));
+    const r = await withSignal(this.ready(), opts.signal);
     if (manifest.config.accel === 'kvm' && r.accel !== 'kvm') {
       throw new UnavailableError(`image ${imageDir} was taken under KVM, which is not usable here`);
     }
@@ -235,7 +244,7 @@ export class QemuDriver implements SandboxDriver {
       });
       await this.launch(spec, config, paths, { incoming: join(imageDir, manifest.memoryFile), timeoutMs: this.restoreTimeoutMs, signal: opts.signal });
       await this.channel(spec.sandboxId).identity(spec.identity, randomBytes(64), opts);
-      this.syncClockSoon(this.get(spec.sandboxId));
+      syncClockSoon(this.opts.log, this.get(spec.sandboxId));
     } catch (e) {
       await this.destroy(spec.sandboxId).catch(() => undefined);
       throw e;
@@ -282,13 +291,14 @@ export class QemuDriver implements SandboxDriver {
     o: { incoming?: string; timeoutMs: number; signal?: AbortSignal },
   ): Promise<void> {
     const signal = AbortSignal.any([AbortSignal.timeout(o.timeoutMs), ...(o.signal ? [o.signal] : [])]);
-    await writeFile(join(paths.dir, STATE_FILE), JSON.stringify({ spec, config } satisfies SandboxState));
+    await writeFile(join(paths.dir, STATE_FILE), JSON.stringify({ spec, config } satisfies SandboxState), { mode: 0o600 }); // the spec holds the secret env
     const proc = spawnDetached(qemuArgv(config, paths, { incoming: o.incoming !== undefined, name: spec.sandboxId }), join(paths.dir, 'qemu.log'));
     let exitInfo: string | undefined;
     void proc.exited.then((x) => (exitInfo = x.signal ? `killed by ${x.signal}` : `exit status ${x.code}`));
     const died = async () => new SandboxError(`QEMU for ${spec.sandboxId} ended (${exitInfo}): ${await logTail(join(paths.dir, 'qemu.log'))}`);
     let qmp: QmpClient | undefined;
     let sock: Socket | undefined;
+    let ring: ConsoleRing | undefined;
     let entry: Live | undefined;
     try {
       qmp = await QmpClient.connect({
@@ -304,14 +314,15 @@ export class QemuDriver implements SandboxDriver {
       await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'events', state: true }] });
       await qmp.execute('migrate-set-parameters', { 'max-bandwidth': MIGRATE_BANDWIDTH });
       sock = await connectUnix(paths.agentSocket, signal);
-      entry = { spec, config, paths, pid: proc.pid, qmp, agentSocket: sock, stopping: false, detached: false, peakRss: 0 };
+      ring = await ConsoleRing.attach(paths.consoleSocket, paths.serialLog, signal);
+      entry = { spec, config, paths, pid: proc.pid, qmp, agentSocket: sock, console: ring, stopping: false, detached: false, peakRss: 0 };
       this.watch(entry, proc.exited);
       this.live.set(spec.sandboxId, entry);
       if (o.incoming !== undefined) {
         await migrate(qmp, 'migrate-incoming', `exec:cat ${shellQuote(o.incoming)}`, signal);
         await contAfterMigration(qmp, signal);
       }
-      entry.channel = await AgentChannel.connect({ input: sock, output: sock, signal, timeoutMs: o.timeoutMs, helloIntervalMs: 100 }).catch(
+      entry.channel = await AgentChannel.connect({ input: sock, output: sock, signal, timeoutMs: o.timeoutMs, helloIntervalMs: 100, acceptTcp: this.tcp.acceptorFor(spec.sandboxId) }).catch(
         async (e: unknown) => {
           throw exitInfo ? await died() : new SandboxError(`the agent in ${spec.sandboxId} did not answer: ${(e as Error).message}`, { cause: e });
         },
@@ -321,6 +332,7 @@ export class QemuDriver implements SandboxDriver {
       if (entry) entry.stopping = true;
       qmp?.close();
       sock?.destroy();
+      await ring?.close();
       throw signal.aborted && !(e instanceof SandboxError) ? abortError(signal) : e;
     }
   }
@@ -340,7 +352,8 @@ export class QemuDriver implements SandboxDriver {
       void (async () => {
         await waitGone(entry.pid, entry.paths.qmpSocket, 2000);
         await sleep(20); // the child's exit status arrives just after its QMP socket closes
-        const serial = await logTail(entry.paths.serialLog, 3);
+        await entry.console?.close();
+        const serial = entry.console ? entry.console.tail(3) : await logTail(entry.paths.serialLog, 3);
         const reason = [`qemu ${entry.exitInfo ?? 'exited'}`, entry.shutdownReason && `(${entry.shutdownReason})`, serial && `console: ${serial}`]
           .filter(Boolean)
           .join(' ');
@@ -361,6 +374,7 @@ export class QemuDriver implements SandboxDriver {
     if (!pid || !(await isOurQemu(pid, paths.qmpSocket))) return false;
     let qmp: QmpClient | undefined;
     let sock: Socket | undefined;
+    let ring: ConsoleRing | undefined;
     try {
       const signal = AbortSignal.any([AbortSignal.timeout(15_000), ...(opts.signal ? [opts.signal] : [])]);
       qmp = await QmpClient.connect({ path: paths.qmpSocket, timeoutMs: 5000, signal });
@@ -368,10 +382,23 @@ export class QemuDriver implements SandboxDriver {
       await qmp.execute('migrate-set-parameters', { 'max-bandwidth': MIGRATE_BANDWIDTH });
       const status = await qmp.execute<{ running: boolean }>('query-status');
       sock = await connectUnix(paths.agentSocket, signal);
-      const entry: Live = { spec: { ...state.spec, ...spec }, config: state.config, paths, pid, qmp, agentSocket: sock, stopping: false, detached: false, peakRss: 0 };
+      // A machine started by a server from before consoles were rings writes its console to serial.log itself.
+      ring = existsSync(paths.consoleSocket) ? await ConsoleRing.attach(paths.consoleSocket, paths.serialLog, signal) : undefined;
+      const entry: Live = {
+        spec: { ...state.spec, ...spec },
+        config: state.config,
+        paths,
+        pid,
+        qmp,
+        agentSocket: sock,
+        console: ring,
+        stopping: false,
+        detached: false,
+        peakRss: 0,
+      };
       // A machine paused when the server died stays paused (the engine decides); its agent is attached on resume.
       if (status.running) {
-        entry.channel = await AgentChannel.connect({ input: sock, output: sock, signal, timeoutMs: 10_000, helloIntervalMs: 100 });
+        entry.channel = await AgentChannel.connect({ input: sock, output: sock, signal, timeoutMs: 10_000, helloIntervalMs: 100, acceptTcp: this.tcp.acceptorFor(spec.sandboxId) });
       }
       this.watch(entry);
       this.live.set(spec.sandboxId, entry);
@@ -380,6 +407,7 @@ export class QemuDriver implements SandboxDriver {
       this.opts.log?.(`adopt of ${spec.sandboxId} failed: ${(e as Error).message}`);
       qmp?.close();
       sock?.destroy();
+      await ring?.close();
       return false;
     }
   }
@@ -399,9 +427,9 @@ export class QemuDriver implements SandboxDriver {
     const live = this.get(sandboxId);
     await live.qmp.execute('cont', undefined, opts);
     if (!live.channel) {
-      live.channel = await AgentChannel.connect({ input: live.agentSocket, output: live.agentSocket, signal: opts.signal, timeoutMs: 10_000, helloIntervalMs: 100 });
+      live.channel = await AgentChannel.connect({ input: live.agentSocket, output: live.agentSocket, signal: opts.signal, timeoutMs: 10_000, helloIntervalMs: 100, acceptTcp: this.tcp.acceptorFor(live.spec.sandboxId) });
     }
-    this.syncClockSoon(live);
+    syncClockSoon(this.opts.log, live);
   }
 
   async checkpoint(sandboxId: string, imageDir: string, opts: CallOptions & { leaveRunning?: boolean } = {}): Promise<CheckpointResult> {
@@ -428,7 +456,7 @@ export class QemuDriver implements SandboxDriver {
     const carryOn = async () => {
       if (!running) return;
       await contAfterMigration(live.qmp);
-      this.syncClockSoon(live); // its command is also the line that ends the agent's quiescence
+      syncClockSoon(this.opts.log, live); // its command is also the line that ends the agent's quiescence
     };
     try {
       await rm(join(imageDir, MANIFEST), { force: true });
@@ -454,35 +482,17 @@ export class QemuDriver implements SandboxDriver {
       live.channel?.close();
       live.agentSocket.destroy();
       live.qmp.close();
+      await live.console?.close();
       await moveFile(live.paths.disk, disk);
       await rm(live.paths.dir, { recursive: true, force: true });
     }
     const text = manifestText(manifest);
-    this.commit(imageDir, manifest, async () => {
+    this.commits.add(imageDir, manifest, async () => {
       await Promise.all([fsyncFile(memory), fsyncFile(disk)]);
       await writeManifest(imageDir, text);
     });
     const sizes = await Promise.all([stat(memory), stat(disk)]);
     return { bytes: sizes[0].size + sizes[1].size + Buffer.byteLength(text) };
-  }
-
-  /**
-   * Makes an image durable after checkpoint() has returned: its files are fsynced, then the manifest is
-   * written, last, as the commit mark. An image without a manifest is not one (restore says not_found), so
-   * a crash before the commit loses the image but never leaves a torn one that restores into a corrupt
-   * guest. This keeps the host's write-back of ~130 MB (~50 ms here) out of hibernate's latency; a
-   * restore in this process uses the manifest held here meanwhile (the files are complete, only not yet
-   * durable), and close() waits for pending commits.
-   */
-  private commit(imageDir: string, manifest: ImageManifest, work: () => Promise<void>): void {
-    const key = resolve(imageDir);
-    const prev = this.commits.get(key)?.done ?? Promise.resolve();
-    const done = prev.then(work).catch((e: unknown) => this.opts.log?.(`committing image ${imageDir} failed: ${(e as Error).message}`));
-    const entry = { manifest, done };
-    this.commits.set(key, entry);
-    void done.finally(() => {
-      if (this.commits.get(key) === entry) this.commits.delete(key);
-    });
   }
 
   async stats(sandboxId: string): Promise<SandboxStats> {
@@ -496,6 +506,7 @@ export class QemuDriver implements SandboxDriver {
 
   async destroy(sandboxId: string): Promise<void> {
     const dir = this.dir(sandboxId);
+    this.tcp.forget(sandboxId);
     const live = this.live.get(sandboxId);
     if (live) {
       live.stopping = true;
@@ -503,6 +514,7 @@ export class QemuDriver implements SandboxDriver {
       live.channel?.close();
       live.agentSocket.destroy();
       live.qmp.close();
+      await live.console?.close();
     }
     const paths = machinePaths(dir);
     const pid = live?.pid ?? (await readPid(paths.pidFile));
@@ -519,12 +531,13 @@ export class QemuDriver implements SandboxDriver {
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.commits.values()].map((c) => c.done));
+    await this.commits.settled();
     for (const live of this.live.values()) {
       live.detached = true;
       live.channel?.close();
       live.agentSocket.destroy();
       live.qmp.close();
+      await live.console?.close();
     }
     this.live.clear();
   }
@@ -539,6 +552,12 @@ export class QemuDriver implements SandboxDriver {
   readonly listProcesses: SandboxDriver['listProcesses'] = async (id, opts) => (await this.settledChannel(id)).listProcesses(opts);
   readonly processOutput: SandboxDriver['processOutput'] = async (id, execId, opts) => (await this.settledChannel(id)).processOutput(execId, opts);
   readonly killProcess: SandboxDriver['killProcess'] = async (id, execId, opts) => (await this.settledChannel(id)).killProcess(execId, opts);
+  readonly openTcp: SandboxDriver['openTcp'] = async (id, port, opts) => (await this.settledChannel(id)).sockets.openTcp(port, opts);
+  readonly listenTcp: SandboxDriver['listenTcp'] = async (id, port, onConn, opts) => this.tcp.listen(id, async () => (await this.settledChannel(id)).sockets, port, onConn, opts);
+  readonly openTerminal: SandboxDriver['openTerminal'] = async (id, termId, req, opts) => (await this.settledChannel(id)).terminals.open(termId, { ...req, env: { ...this.get(id).spec.env, ...req.env } }, opts);
+  readonly listTerminals: SandboxDriver['listTerminals'] = async (id, opts) => (await this.settledChannel(id)).terminals.list(opts);
+  readonly writeTerminal: SandboxDriver['writeTerminal'] = async (id, termId, data, opts) => (await this.settledChannel(id)).terminals.write(termId, data, opts);
+  readonly resizeTerminal: SandboxDriver['resizeTerminal'] = async (id, termId, size, opts) => (await this.settledChannel(id)).terminals.resize(termId, size, opts);
   readonly watchFiles: SandboxDriver['watchFiles'] = async (id, path, opts) => (await this.settledChannel(id)).watch(path, opts);
   readonly rename: SandboxDriver['rename'] = async (id, from, to, opts) => (await this.settledChannel(id)).rename(from, to, opts);
   async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
@@ -564,37 +583,4 @@ export class QemuDriver implements SandboxDriver {
   }
 
   // ---- internals ---------------------------------------------------------------------------------
-
-  /**
-   * Sets the guest's clock to the host's, in the background. A stopped VM's clock stands still (TCG's
-   * virtual clock and kvmclock both hide the gap from the guest), so after resume, wake and fork the guest
-   * is behind by as long as it was stopped. The agent protocol has no clock command, so this is one exec
-   * of date(1) (~20-80 ms under TCG); the caller's next command or file operation waits for it (see
-   * settledChannel), so everything that goes through the driver sees the right time without resume or
-   * restore paying for it.
-   */
-  private syncClockSoon(live: Live): void {
-    const channel = live.channel;
-    if (!channel) return;
-    const sync = (async () => {
-      const now = Date.now();
-      const stamp = `@${Math.floor(now / 1000)}.${String(now % 1000).padStart(3, '0')}`;
-      const h = await channel.exec({ argv: ['/bin/date', '-u', '-s', stamp], timeoutMs: 10_000 });
-      const x = await h.wait();
-      if (x.code !== 0) this.opts.log?.(`clock sync in ${live.spec.sandboxId} failed with exit ${x.code}`);
-    })().catch((e: unknown) => this.opts.log?.(`clock sync in ${live.spec.sandboxId} failed: ${(e as Error).message}`));
-    live.clockSync = sync.finally(() => {
-      if (live.clockSync === sync) live.clockSync = undefined;
-    });
-  }
-
-  private async withSignal<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
-    if (!signal) return p;
-    if (signal.aborted) throw abortError(signal);
-    return new Promise<T>((resolve, reject) => {
-      const onAbort = () => reject(abortError(signal));
-      signal.addEventListener('abort', onAbort, { once: true });
-      p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-    });
-  }
 }

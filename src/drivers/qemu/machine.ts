@@ -44,6 +44,9 @@ export interface MachinePaths {
   disk: string;
   qmpSocket: string;
   agentSocket: string;
+  /** QEMU serves the guest's serial console here; the driver keeps it as a capped ring (console.ts). */
+  consoleSocket: string;
+  /** The console ring's copy on disk, at most CONSOLE_RING_BYTES. */
   serialLog: string;
   pidFile: string;
 }
@@ -54,6 +57,7 @@ export function machinePaths(dir: string): MachinePaths {
     disk: join(dir, 'disk.qcow2'),
     qmpSocket: join(dir, 'qmp.sock'),
     agentSocket: join(dir, 'agent.sock'),
+    consoleSocket: join(dir, 'console.sock'),
     serialLog: join(dir, 'serial.log'),
     pidFile: join(dir, 'qemu.pid'),
   };
@@ -118,7 +122,7 @@ export function machineConfig(opts: {
 
 /** Throws ConfigError when a socket path of this directory would not fit in sun_path. */
 export function checkSocketPaths(paths: MachinePaths): void {
-  for (const p of [paths.qmpSocket, paths.agentSocket]) {
+  for (const p of [paths.qmpSocket, paths.agentSocket, paths.consoleSocket]) {
     if (Buffer.byteLength(p) > SUN_PATH_MAX) {
       throw new ConfigError(`unix socket path ${p} is longer than ${SUN_PATH_MAX} bytes: use a shorter state directory`);
     }
@@ -146,7 +150,8 @@ export function qemuArgv(cfg: MachineConfig, paths: MachinePaths, opts: { incomi
     '-kernel', cfg.image.kernel,
     '-initrd', cfg.image.initrd,
     '-append', cfg.kernelCmdline,
-    '-chardev', `file,id=con,path=${opt(paths.serialLog)}`,
+    // A socket, not a file: a guest writing to its console must not be able to fill the host's disk.
+    '-chardev', `socket,id=con,path=${opt(paths.consoleSocket)},server=on,wait=off`,
     '-serial', 'chardev:con',
     '-chardev', `socket,id=qmp,path=${opt(paths.qmpSocket)},server=on,wait=off`,
     '-mon', 'chardev=qmp,mode=control',

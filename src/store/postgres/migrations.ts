@@ -7,6 +7,9 @@
  */
 import type pg from 'pg';
 import { ConfigError } from '../../core/errors.js';
+import { PG_V6_PORT_LINKS } from './port-links.js';
+import { PG_V7_WATCH_LINKS } from './watch-links.js';
+import { V8_IDEMPOTENCY_KEYS } from './idempotency.js';
 
 export interface PgMigration {
   readonly version: number;
@@ -133,6 +136,18 @@ END $$;
 CREATE TRIGGER snapshot_gate_follows_snapshot AFTER DELETE ON snapshots FOR EACH ROW EXECUTE FUNCTION berth_snapshot_gate_follows();
 `;
 
+/** As SQLite's v5 (../gate-migration.ts): `settings.breakerFailures|breakerPerMinute` → `settings.breaker.{failures,perMinute}`. */
+const V5_GATE_BREAKER_SETTINGS = ['session_gate', 'snapshot_gate']
+  .map(
+    (t) => `
+UPDATE ${t} SET data = jsonb_set(
+  (data::jsonb #- '{settings,breakerFailures}') #- '{settings,breakerPerMinute}',
+  '{settings,breaker}',
+  jsonb_build_object('failures', data::jsonb #> '{settings,breakerFailures}', 'perMinute', data::jsonb #> '{settings,breakerPerMinute}')
+)::text WHERE data::jsonb #> '{settings,breakerFailures}' IS NOT NULL;`,
+  )
+  .join('\n');
+
 /** Append only, in step with ../migrations.ts: version N here and there is one schema. */
 export const PG_MIGRATIONS: readonly PgMigration[] = Object.freeze([
   { version: 1, name: 'core_records', up: V1_CORE_RECORDS },
@@ -142,6 +157,10 @@ export const PG_MIGRATIONS: readonly PgMigration[] = Object.freeze([
   // only (README, "Running on PostgreSQL": no proofs, routes answer 503), so v4 here creates nothing; it
   // exists so that a version number names the same point in the schema's history on both stores.
   { version: 4, name: 'audit_tree', up: '' },
+  { version: 5, name: 'gate_breaker_settings', up: V5_GATE_BREAKER_SETTINGS },
+  { version: 6, name: 'port_links', up: PG_V6_PORT_LINKS },
+  { version: 7, name: 'watch_links', up: PG_V7_WATCH_LINKS },
+  { version: 8, name: 'idempotency_keys', up: V8_IDEMPOTENCY_KEYS },
 ]);
 
 /** Any number will do, as long as it is only Berth's: every migrating process waits on this lock. */

@@ -158,6 +158,12 @@ export class PgTenantRepo implements TenantRepo {
   async list(): Promise<TenantRecord[]> {
     return (await this.s.query<TenantRow>('SELECT id, api_key_hash, data FROM tenants ORDER BY ord', [], { kind: 'tenant' })).rows.map(tenantFromRow);
   }
+
+  async put(r: TenantRecord): Promise<void> {
+    const { id, apiKeyHash: _key, ...rest } = r;
+    const res = await this.s.query('UPDATE tenants SET data = $2 WHERE id = $1', [id, JSON.stringify(rest)], { kind: 'tenant', id });
+    if (res.rowCount === 0) throw new NotFoundError('tenant', id);
+  }
 }
 
 interface PolicyRow {

@@ -8,11 +8,15 @@
 import pg from 'pg';
 import { AppError, ConfigError } from '../../core/errors.js';
 import { systemClock, type Clock, type Store } from '../../core/store.js';
-import type { ApprovalRepo, PolicyRepo, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, TenantRepo, ToolRepo } from '../../core/store.js';
+import type { ApprovalRepo, PolicyRepo, PortLinkRepo, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, TenantRepo, ToolRepo, WatchLinkRepo } from '../../core/store.js';
 import { PgAuditLog } from './audit.js';
 import { applyPgMigrations, PG_MIGRATIONS } from './migrations.js';
 import { PgApprovalRepo, PgPolicyRepo, PgSessionGateRepo, PgSessionRepo, PgSnapshotGateRepo, PgSnapshotRepo, PgTenantRepo, PgToolRepo } from './repos.js';
+import { PgPortLinkRepo } from './port-links.js';
+import { PgWatchLinkRepo } from './watch-links.js';
 import { PgScope } from './scope.js';
+import { PgIdempotencyRepo } from './idempotency.js';
+import type { IdempotencyRepo } from '../../core/idempotency.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user[:password]@host[:port]/database[?…]` (also `postgresql://`). */
@@ -95,6 +99,10 @@ export class PostgresStore implements Store {
   readonly gates: SessionGateRepo;
   readonly snapshotGates: SnapshotGateRepo;
   readonly approvals: ApprovalRepo;
+  readonly portLinks: PortLinkRepo;
+  readonly watchLinks: WatchLinkRepo;
+  readonly idempotency: IdempotencyRepo;
+  readonly #idempotency: PgIdempotencyRepo;
   readonly audit: PgAuditLog;
   readonly #scope: PgScope;
   #closed = false;
@@ -111,6 +119,10 @@ export class PostgresStore implements Store {
     this.gates = new PgSessionGateRepo(scope);
     this.snapshotGates = new PgSnapshotGateRepo(scope);
     this.approvals = new PgApprovalRepo(scope);
+    this.portLinks = new PgPortLinkRepo(scope);
+    this.watchLinks = new PgWatchLinkRepo(scope);
+    this.#idempotency = new PgIdempotencyRepo(scope);
+    this.idempotency = this.#idempotency;
     this.audit = new PgAuditLog({ scope, clock: parts.clock, ...(parts.anchorPath ? { anchorPath: parts.anchorPath } : {}) });
   }
 
@@ -129,6 +141,8 @@ export class PostgresStore implements Store {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await this.#idempotency.holding();
+    await this.#idempotency.releaseHeld();
     await this.#scope.pool.end();
   }
 }

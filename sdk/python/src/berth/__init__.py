@@ -64,7 +64,9 @@ from ._models import (
     ToolDefinition,
 )
 from ._options import DEFAULT, DEFAULT_TIMEOUT, DEFAULT_URL, EnvResolution, resolve_env
+from ._ports import AsyncPorts, PortLink, Ports
 from ._processes import AsyncBackgroundProcess, AsyncProcesses, BackgroundProcess, ProcessEvent, Processes
+from ._terminals import Terminal, Terminals
 from ._session import Execution, Files, Session
 from ._streams import AsyncBytesSource, BytesSource
 
@@ -75,7 +77,12 @@ __all__ = [
     "AsyncBerth",
     "AsyncProcesses",
     "BackgroundProcess",
+    "AsyncPorts",
+    "PortLink",
+    "Ports",
     "Processes",
+    "Terminal",
+    "Terminals",
     "ProcessEvent",
     "AsyncExecution",
     "AsyncFiles",

@@ -95,13 +95,19 @@ class AsyncSessionsApi:
         backend: str | None = None,
         metadata: Mapping[str, str] | None = None,
         tenant_id: str | None = None,
+        template: str | None = None,
+        egress_allow: Sequence[str] | None = None,
+        egress_allow_cidr: Sequence[str] | None = None,
         timeout: Timeout = DEFAULT,
     ) -> AsyncSession:
         """Starts a machine and returns once it runs; the handle carries the agent token.
 
         ``memory_mb`` 64..16384 (default 512), ``cpus`` 0.1..64 (default 1), ``idle_timeout_s`` seconds
         idle before it hibernates (0 = never, the default), ``env`` for every command, ``backend``
-        "gvisor" (default) or "qemu", ``metadata`` string labels, ``tenant_id`` (root only)."""
+        "gvisor" (default) or "qemu", ``metadata`` string labels, ``tenant_id`` (root only), ``egress_allow`` hosts the session may connect
+        to through its proxy (``host``, ``*.domain``, ``host:port``, IP, CIDR; default none), ``egress_allow_cidr``
+        loopback/private ranges it may reach anyway. ``template`` starts it from that template (its files
+        and running processes, a fresh identity); backend, memory, cpus and env then come from the template."""
         req = R.create_session(
             objective=objective,
             memory_mb=memory_mb,
@@ -111,6 +117,9 @@ class AsyncSessionsApi:
             backend=backend,
             metadata=metadata,
             tenant_id=tenant_id,
+            template=template,
+            egress_allow=egress_allow,
+            egress_allow_cidr=egress_allow_cidr,
         )
         return AsyncSession(self._t, await self._t.call(req, timeout))
 
@@ -256,11 +265,14 @@ class AsyncGateApi:
         breaker_per_minute: int | None = None,
         http_allow: Sequence[str] | None = None,
         approval_ttl_s: int | None = None,
+        egress_allow: Sequence[str] | None = None,
+        egress_allow_cidr: Sequence[str] | None = None,
         timeout: Timeout = DEFAULT,
     ) -> Gate:
         """Changes the given settings; the others keep their value."""
         req = R.set_gate(
-            session_id, breaker_failures=breaker_failures, breaker_per_minute=breaker_per_minute, http_allow=http_allow, approval_ttl_s=approval_ttl_s
+            session_id, breaker_failures=breaker_failures, breaker_per_minute=breaker_per_minute, http_allow=http_allow, approval_ttl_s=approval_ttl_s,
+            egress_allow=egress_allow, egress_allow_cidr=egress_allow_cidr,
         )
         return await self._t.call(req, timeout)
 

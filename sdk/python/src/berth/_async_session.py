@@ -11,6 +11,7 @@ from . import _requests as R
 from ._errors import BerthError, ConnectionError, InvalidArgumentError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
 from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunResult, SessionInfo, SessionState, Snapshot, StdinWrite, b64decode
 from ._options import DEFAULT, Timeout
+from ._ports import AsyncPorts
 from ._processes import AsyncBackgroundProcess, AsyncProcesses
 from ._session import MAX_OUTPUT_BYTES, MAX_READ_BYTES
 from ._streams import AsyncBytesSource, async_body, decode_line
@@ -233,6 +234,8 @@ class AsyncSession:
         self.files = AsyncFiles(t, self.id)
         #: The session's background commands (``exec(argv, background=True)`` starts one).
         self.processes = AsyncProcesses(t, self.id)
+        #: Servers listening inside the sandbox: ``ports.url(port)`` is their proxy address.
+        self.ports = AsyncPorts(t, self.id)
 
     def __repr__(self) -> str:
         return f"AsyncSession(id={self.id!r}, state={self.state!r})"

@@ -41,11 +41,12 @@ class SessionSettings:
     memory_mb: int
     cpus: float
     idle_timeout_s: int
-    env: dict[str, str]
+    #: The names of the environment variables given at create; their values are secrets, never shown back.
+    env: list[str]
 
     @classmethod
     def from_wire(cls, o: _Obj) -> SessionSettings:
-        return cls(memory_mb=o["memoryMb"], cpus=o["cpus"], idle_timeout_s=o["idleTimeoutS"], env=dict(o["env"]))
+        return cls(memory_mb=o["memoryMb"], cpus=o["cpus"], idle_timeout_s=o["idleTimeoutS"], env=list(o["env"]))
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ class Metering:
     exec_count: int
     bytes_in: int
     bytes_out: int
+    #: Outbound connections the egress gate allowed and refused; bytes sent out and received through it.
+    egress_connections: int
+    egress_refused: int
+    egress_bytes_out: int
+    egress_bytes_in: int
     #: Seconds spent in each state so far, the current one included.
     state_seconds: dict[str, float]
 
@@ -66,6 +72,10 @@ class Metering:
             exec_count=o["execCount"],
             bytes_in=o["bytesIn"],
             bytes_out=o["bytesOut"],
+            egress_connections=o.get("egressConnections", 0),
+            egress_refused=o.get("egressRefused", 0),
+            egress_bytes_out=o.get("egressBytesOut", 0),
+            egress_bytes_in=o.get("egressBytesIn", 0),
             state_seconds=dict(o["stateSeconds"]),
         )
 
@@ -171,7 +181,7 @@ class CreatedTenant(Tenant):
 
 @dataclass(frozen=True)
 class Principal:
-    kind: Literal["root", "operator", "agent", "system"]
+    kind: Literal["root", "operator", "agent", "system", "anonymous"]
     #: Tenant id for operators, session id for agents, 'root' or 'system'.
     id: str
     tenant_id: str | None
@@ -566,6 +576,9 @@ class Gate:
     tools: list[str]
     http_allow: list[str]
     approval_ttl_s: int
+    #: The egress allow-list (the same list as ``http_allow``) and the range allowances.
+    egress_allow: list[str]
+    egress_allow_cidr: list[str]
     breaker: Breaker
     paused_by_breaker: bool
     calls: int
@@ -579,6 +592,8 @@ class Gate:
             tools=list(o["tools"]),
             http_allow=list(o["httpAllow"]),
             approval_ttl_s=o["approvalTtlS"],
+            egress_allow=list(o.get("egressAllow", o["httpAllow"])),
+            egress_allow_cidr=list(o.get("egressAllowCidr", [])),
             breaker=Breaker(
                 failures=b["failures"],
                 per_minute=b["perMinute"],

@@ -69,6 +69,9 @@ def create_session(
     backend: str | None,
     metadata: Mapping[str, str] | None,
     tenant_id: str | None,
+    template: str | None = None,
+    egress_allow: Sequence[str] | None = None,
+    egress_allow_cidr: Sequence[str] | None = None,
 ) -> Req[Obj]:
     body = _drop_none(
         {
@@ -80,9 +83,12 @@ def create_session(
             "backend": backend,
             "metadata": dict(metadata) if metadata is not None else None,
             "tenantId": tenant_id,
+            "template": template,
+            "egressAllow": list(egress_allow) if egress_allow is not None else None,
+            "egressAllowCidr": list(egress_allow_cidr) if egress_allow_cidr is not None else None,
         }
     )
-    return Req("POST", "/sessions", _obj, json=body, long=True)
+    return Req("POST", "/sessions", _obj, json=body, long=True, idempotent=True)
 
 
 def get_session(session_id: str) -> Req[Obj]:
@@ -102,7 +108,7 @@ def lifecycle(session_id: str, verb: str) -> Req[Obj]:
 
 
 def snapshot(session_id: str, name: str | None) -> Req[Snapshot]:
-    return Req("POST", f"{_ses(session_id)}/snapshots", Snapshot.from_wire, json=_drop_none({"name": name}), long=True)
+    return Req("POST", f"{_ses(session_id)}/snapshots", Snapshot.from_wire, json=_drop_none({"name": name}), long=True, idempotent=True)
 
 
 # ---- exec and files ----
@@ -220,7 +226,7 @@ def delete_snapshot(snapshot_id: str) -> Req[None]:
 
 
 def fork(snapshot_id: str, count: int | None) -> Req[list[Obj]]:
-    return Req("POST", f"/snapshots/{seg(snapshot_id)}/fork", lambda o: list(o["sessions"]), json=_drop_none({"count": count}), long=True)
+    return Req("POST", f"/snapshots/{seg(snapshot_id)}/fork", lambda o: list(o["sessions"]), json=_drop_none({"count": count}), long=True, idempotent=True)
 
 
 def create_tenant(name: str) -> Req[CreatedTenant]:
@@ -248,7 +254,7 @@ def list_tools(session_id: str) -> Req[list[Tool]]:
 
 
 def call_tool(session_id: str, tool: str, args: Any, step: str | None, check: bool) -> Req[CallResult]:
-    body: Obj = {"args": {} if args is None else args}
+    body: Obj = {"tool": tool, "args": {} if args is None else args}
     if step is not None:
         body["step"] = step
 
@@ -258,7 +264,8 @@ def call_tool(session_id: str, tool: str, args: Any, step: str | None, check: bo
             raise_for_decision(r, session_id)
         return r
 
-    return Req("POST", f"{_ses(session_id)}/tools/{seg(tool)}/call", parse, json=body, long=True)
+    # POST /calls takes an Idempotency-Key (the tool in the body): a retry does not run the tool twice.
+    return Req("POST", f"{_ses(session_id)}/calls", parse, json=body, long=True, idempotent=True)
 
 
 def raise_for_decision(r: CallResult, session_id: str | None = None) -> None:
@@ -342,6 +349,8 @@ def set_gate(
     breaker_per_minute: int | None,
     http_allow: Sequence[str] | None,
     approval_ttl_s: int | None,
+    egress_allow: Sequence[str] | None = None,
+    egress_allow_cidr: Sequence[str] | None = None,
 ) -> Req[Gate]:
     body: Obj = {}
     breaker = _drop_none({"failures": breaker_failures, "perMinute": breaker_per_minute})
@@ -349,6 +358,10 @@ def set_gate(
         body["breaker"] = breaker
     if http_allow is not None:
         body["httpAllow"] = list(http_allow)
+    if egress_allow is not None:
+        body["egressAllow"] = list(egress_allow)
+    if egress_allow_cidr is not None:
+        body["egressAllowCidr"] = list(egress_allow_cidr)
     if approval_ttl_s is not None:
         body["approvalTtlS"] = approval_ttl_s
     return Req("PUT", f"{_ses(session_id)}/gate", Gate.from_wire, json=body)

@@ -10,7 +10,9 @@ from . import _requests as R
 from ._errors import BerthError, ConnectionError, InvalidArgumentError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
 from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunResult, SessionInfo, SessionState, Snapshot, StdinWrite, b64decode
 from ._options import DEFAULT, Timeout
+from ._ports import Ports
 from ._processes import BackgroundProcess, Processes
+from ._terminals import Terminals
 from ._streams import BytesSource, decode_line, sync_body
 from ._transport import SyncTransport, map_exception, seg
 
@@ -258,6 +260,10 @@ class Session:
         self.files = Files(t, self.id)
         #: The session's background commands (``exec(argv, background=True)`` starts one).
         self.processes = Processes(t, self.id)
+        #: Servers listening inside the sandbox: ``ports.url(port)`` is their proxy address.
+        self.ports = Ports(t, self.id)
+        #: The session's terminals (PTYs in the sandbox; sync client only).
+        self.terminals = Terminals(t, self.id)
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, state={self.state!r})"

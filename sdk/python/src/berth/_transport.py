@@ -4,6 +4,7 @@ transport over httpx. Only this module touches httpx exceptions; callers see Ber
 from __future__ import annotations
 
 import json as _json
+import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Generic, Iterator, Mapping, TypeVar
 from urllib.parse import quote
@@ -38,6 +39,10 @@ class Req(Generic[T]):
     root: bool = False
     #: Statuses read as an answer rather than an error (/healthz's 503).
     accept: tuple[int, ...] = ()
+    #: Send a fresh random Idempotency-Key and, when the connection fails (no HTTP answer came), send it
+    #: once more with the same key: the server answers the retry with the first attempt's answer instead
+    #: of doing it twice. HTTP errors are not retried.
+    idempotent: bool = False
 
 
 def query_params(q: Mapping[str, object] | None) -> dict[str, str]:
@@ -86,8 +91,13 @@ def parse_json(body: bytes, what: str) -> Any:
         raise BerthError(f"{what}: the server sent a response that is not JSON", code="internal") from None
 
 
-def _headers(opts: ClientOptions, has_json: bool, has_content: bool) -> dict[str, str]:
+IDEMPOTENCY_HEADER = "idempotency-key"
+
+
+def _headers(opts: ClientOptions, has_json: bool, has_content: bool, idempotency_key: str | None = None) -> dict[str, str]:
     h = {"accept": "application/json", "user-agent": USER_AGENT}
+    if idempotency_key is not None:
+        h[IDEMPOTENCY_HEADER] = idempotency_key
     if opts.token:
         h["authorization"] = f"Bearer {opts.token}"
     if has_json:
@@ -129,6 +139,7 @@ class SyncTransport:
         long: bool = False,
         root: bool = False,
         accept: tuple[int, ...] = (),
+        idempotency_key: str | None = None,
     ) -> httpx.Response:
         """Sends and returns the response with its body still unread (the caller closes it). Error
         statuses are raised as BerthErrors."""
@@ -140,7 +151,7 @@ class SyncTransport:
                 _url(self.opts, path, root),
                 params=query_params(query),
                 content=body,
-                headers=_headers(self.opts, json is not _NO_BODY, body is not None),
+                headers=_headers(self.opts, json is not _NO_BODY, body is not None, idempotency_key),
                 timeout=http_timeout(self.opts, timeout, long),
             )
             res = self.http.send(req, stream=True)
@@ -158,7 +169,17 @@ class SyncTransport:
 
     def call(self, req: Req[T], timeout: Timeout = DEFAULT) -> T:
         what = f"{req.method} {req.path}"
-        res = self.open(req.method, req.path, query=req.query, json=req.json, timeout=timeout, long=req.long, root=req.root, accept=req.accept)
+        key = str(uuid.uuid4()) if req.idempotent else None
+
+        def send() -> httpx.Response:
+            return self.open(req.method, req.path, query=req.query, json=req.json, timeout=timeout, long=req.long, root=req.root, accept=req.accept, idempotency_key=key)
+
+        try:
+            res = send()
+        except ConnectionError:
+            if key is None:
+                raise
+            res = send()  # once, with the same key
         try:
             data = res.read()
         except Exception as e:
@@ -200,6 +221,7 @@ class AsyncTransport:
         long: bool = False,
         root: bool = False,
         accept: tuple[int, ...] = (),
+        idempotency_key: str | None = None,
     ) -> httpx.Response:
         what = f"{method} {path}"
         body = _content(json, content)
@@ -209,7 +231,7 @@ class AsyncTransport:
                 _url(self.opts, path, root),
                 params=query_params(query),
                 content=body,
-                headers=_headers(self.opts, json is not _NO_BODY, body is not None),
+                headers=_headers(self.opts, json is not _NO_BODY, body is not None, idempotency_key),
                 timeout=http_timeout(self.opts, timeout, long),
             )
             res = await self.http.send(req, stream=True)
@@ -227,7 +249,17 @@ class AsyncTransport:
 
     async def call(self, req: Req[T], timeout: Timeout = DEFAULT) -> T:
         what = f"{req.method} {req.path}"
-        res = await self.open(req.method, req.path, query=req.query, json=req.json, timeout=timeout, long=req.long, root=req.root, accept=req.accept)
+        key = str(uuid.uuid4()) if req.idempotent else None
+
+        async def send() -> httpx.Response:
+            return await self.open(req.method, req.path, query=req.query, json=req.json, timeout=timeout, long=req.long, root=req.root, accept=req.accept, idempotency_key=key)
+
+        try:
+            res = await send()
+        except ConnectionError:
+            if key is None:
+                raise
+            res = await send()  # once, with the same key
         try:
             data = await res.aread()
         except Exception as e:

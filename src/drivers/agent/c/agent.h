@@ -16,7 +16,8 @@
  *
  * Sections, one room each: 1 limits and state (this header; the state is defined in state.c),
  * 2 utilities and 3 base64 (util.c), 4 output and 5 line parsing (output.c), 6 commands (exec.c),
- * 7 file reads and writes (files.c), 8 file system queries (fs.c), 15 background processes (bg.c), 16 watches (watch.c), 9 identity, 10 hello/quiesce/reset and
+ * 7 file reads and writes (files.c), 8 file system queries (fs.c), 15 background processes (bg.c), 16 watches (watch.c),
+ * 17 sockets (sock.c), 18 terminals (term.c), 9 identity, 10 hello/quiesce/reset and
  * 11 dispatch (control.c), 12 the host channel and 13 signals and reaping (channel.c), 14 main loop
  * (main.c). The agent is one thread: the state below is shared by the files, never by threads.
  */
@@ -69,6 +70,8 @@ extern char **environ;
 #define BG_MAX 32                  /* background process records kept (running + finished) */
 #define WATCH_MAX_DIRS 8192        /* directories one recursive watch may cover */
 #define BG_ARGV_MAX (256u * 1024)  /* bytes of argv a background process may have (it is echoed by J) */
+#define AGENT_ID_BASE (UINT64_C(1) << 52) /* stream ids from here up are the agent's (accepted sockets) */
+#define SOCK_MAX 1024              /* TCP streams open at once (connected and accepted) */
 
 extern const char *DEFAULT_PATH;
 extern const char *DEFAULT_HOME;
@@ -112,6 +115,8 @@ struct bg {
   int running, code, sig, timed_out;
   int64_t started_ms, ended_ms; /* wall clock, ms since the epoch; ended 0 while running */
   struct ring out, err;
+  int pty;                     /* a terminal (`T open`): out is the PTY's output, err stays empty */
+  unsigned cols, rows;         /* a terminal's window size, as last set */
 };
 
 /* A reader of a background process's rings (`O`), with read credit like `R`. */
@@ -174,6 +179,30 @@ struct watch {
 };
 
 extern struct watch *watches;
+
+/* A TCP stream relayed to the host (`E`): connected for the host, or accepted by a listener. */
+struct sock {
+  struct sock *next;
+  uint64_t id;                 /* the host's request id, or >= AGENT_ID_BASE for an accepted one */
+  int fd;                      /* -1 once closed */
+  uint16_t port;               /* the loopback port it was connected to or accepted on */
+  int connecting, tried_v6;
+  struct buf wq;               /* host bytes not yet taken by the socket */
+  uint64_t credit;             /* `c <id> d` lines we may still send */
+  int rd_eof;                  /* the peer's EOF was sent to the host */
+  int eof_pending, wr_shut;    /* the host sent eof / our write side is shut down */
+  int dead;                    /* ended: freed by socks_sweep at the end of the loop turn */
+};
+
+/* A listening socket on 127.0.0.1 (`E listen`): belongs to the machine, not to a host. */
+struct listener {
+  struct listener *next;
+  uint16_t port;
+  int fd;
+};
+
+extern struct sock *socks;
+extern struct listener *listeners;
 extern struct bg *bgs;
 extern struct bgfollow *follows;
 
@@ -283,6 +312,7 @@ int bg_make_room(void);
 struct bg *bg_new(uint64_t id, const char *tag, pid_t pid, char **argv, size_t argc);
 struct bg *find_bg(const char *tag);
 void cmd_jobs(uint64_t id);
+void job_line(uint64_t id, struct bg *b);
 void cmd_output(uint64_t id);
 void cmd_signal_bg(uint64_t id);
 void pump_follows(void);
@@ -291,11 +321,29 @@ int follow_grant(uint64_t id, uint64_t n);
 int follow_abort(uint64_t id);
 void follows_reset(void);
 
+/* term.c: terminals (T): background processes on a PTY */
+void cmd_terminal(uint64_t id);
+void spawn_exec_fds(uint64_t id, const char *tag, char **argv, size_t argc, pid_t pid, int fd_out, int fd_err, int fd_in);
+char **merge_env(char **items, size_t n);
+int valid_tag(const char *s);
+extern int64_t pty_fast_until; /* main.c: read PTYs every ms until then */
+#define PTY_FAST_FOR 200
+#define TERM_INPUT_MAX (1u << 20) /* bytes of terminal input queued in the agent before `T input` gets EAGAIN */
+
 /* watch.c: file system watches (Y) */
 void cmd_watch(uint64_t id);
 void watch_read(struct watch *w);
 int watch_abort(uint64_t id);
 void watches_reset(void);
+
+/* sock.c: TCP streams and listeners (E) */
+void cmd_socket(uint64_t id);
+short sock_events(struct sock *s);
+void sock_ready(struct sock *s, short revents);
+int listener_can_accept(void);
+void listener_ready(struct listener *l);
+void socks_sweep(void);
+void socks_reset(void);
 
 /* control.c: identity (N), hello/quiesce/reset (H Q) and dispatch of host lines */
 void process_input(void);

@@ -99,7 +99,7 @@ struct bg *bg_new(uint64_t id, const char *tag, pid_t pid, char **argv, size_t a
   return b;
 }
 
-static void job_line(uint64_t id, struct bg *b) {
+void job_line(uint64_t id, struct bg *b) {
   out_fmt("j %" PRIu64 " ", id);
   out_b64(b->tag, strlen(b->tag));
   out_fmt(" %d %s %d %d %d %" PRId64 " %" PRId64 " %" PRIu64 " %" PRIu64 " %zu", (int)b->pid, b->running ? "running" : "exited", b->code, b->sig, b->timed_out, b->started_ms, b->ended_ms,
@@ -114,7 +114,8 @@ static void job_line(uint64_t id, struct bg *b) {
 /* J <id> → j lines, then r <id> 0 <count> */
 void cmd_jobs(uint64_t id) {
   uint64_t count = 0;
-  for (struct bg *b = bgs; b; b = b->next, count++) job_line(id, b);
+  for (struct bg *b = bgs; b; b = b->next)
+    if (!b->pty) job_line(id, b), count++; /* terminals are listed by `T list` */
   reply_count(id, count);
 }
 
@@ -161,7 +162,8 @@ void cmd_signal_bg(uint64_t id) {
     reply_ok(id, "0");
     return;
   }
-  if (kill(-b->pid, (int)sig) < 0 && errno != ESRCH) {
+  /* A terminal's child makes its own group with setsid() after fork: until then, signal it by pid. */
+  if (kill(-b->pid, (int)sig) < 0 && (errno != ESRCH || (kill(b->pid, (int)sig) < 0 && errno != ESRCH))) {
     reply_err(id, errno, "kill", NULL);
     return;
   }

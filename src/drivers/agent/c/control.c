@@ -108,6 +108,7 @@ static void reset_channel_state(void) {
   }
   follows_reset();
   watches_reset();
+  socks_reset(); /* connections belong to the host that opened or took them; listeners stay */
   out_drop_unsent();
 }
 
@@ -143,7 +144,7 @@ static void handle_line(char *line, size_t len) {
   if (ntok < 2 || parse_u64(tok[1], &id)) return; /* no id: nothing to answer to */
   /* Hosts use ids below 2^53 (exact in a JS number); a garbage line with a huge id must not push nextId
    * out of their reach. */
-  if (id >= next_id && id < (UINT64_C(1) << 53)) next_id = id + 1;
+  if (id >= next_id && id < AGENT_ID_BASE) next_id = id + 1; /* ids from AGENT_ID_BASE up are ours (E streams) */
   switch (verb) {
   case 'X': cmd_exec(id, 0); break;
   case 'B': cmd_exec(id, 1); break;
@@ -151,6 +152,7 @@ static void handle_line(char *line, size_t len) {
   case 'O': cmd_output(id); break;
   case 'Z': cmd_signal_bg(id); break;
   case 'Y': cmd_watch(id); break;
+  case 'T': cmd_terminal(id); break;
   case 'I': cmd_stdin(id); break;
   case 'C': cmd_close_stdin(id); break;
   case 'K': cmd_kill(id); break;
@@ -168,6 +170,7 @@ static void handle_line(char *line, size_t len) {
   case 'V': cmd_rename(id); break;
   case 'N': cmd_identity(id); break;
   case 'Q': cmd_quiesce(id); break;
+  case 'E': cmd_socket(id); break;
   default:
     /* An upper-case verb we do not know is a newer host: say so. Anything else is noise. */
     if (verb >= 'A' && verb <= 'Z') reply_err(id, ENOSYS, "unknown verb", NULL);

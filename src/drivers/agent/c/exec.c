@@ -4,7 +4,7 @@
 /* ==== 6. commands (X I C K) ========================================================================== */
 
 /* The base environment with the request's K=V items merged over it (pointers are borrowed). */
-static char **merge_env(char **items, size_t n) {
+char **merge_env(char **items, size_t n) {
   char **env = xcalloc(base_envc + n + 1, sizeof *env);
   size_t c = 0;
   for (size_t i = 0; i < base_envc; i++) env[c++] = base_env[i];
@@ -63,7 +63,7 @@ static struct exec *find_exec(uint64_t id) {
 }
 
 /* A tag names a background process: 1-64 printable ASCII characters, no space. */
-static int valid_tag(const char *s) {
+int valid_tag(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > 64) return 0;
   for (; *s; s++)
@@ -96,20 +96,25 @@ static void spawn_exec(uint64_t id, const char *tag, char **argv, size_t argc, c
     return;
   }
   setpgid(pid, pid); /* also in the parent, so a kill right after fork already reaches the group */
+  spawn_exec_fds(id, tag, argv, argc, pid, o[0], e[0], in[1]);
+  if (timeout) execs->deadline = now_ms() + (int64_t)timeout;
+  out_fmt("r %" PRIu64 " 0 %d\n", id, (int)pid);
+}
+
+/* Records a forked command (a background one, its record made, when tag is set) with our ends of its fds. */
+void spawn_exec_fds(uint64_t id, const char *tag, char **argv, size_t argc, pid_t pid, int fd_out, int fd_err, int fd_in) {
   struct exec *x = xcalloc(1, sizeof *x);
   x->id = id;
   x->pid = pid;
-  x->fd_out = o[0];
-  x->fd_err = e[0];
-  x->fd_in = in[1];
-  set_nonblock(x->fd_out);
-  set_nonblock(x->fd_err);
+  x->fd_out = fd_out;
+  x->fd_err = fd_err;
+  x->fd_in = fd_in;
+  if (x->fd_out >= 0) set_nonblock(x->fd_out);
+  if (x->fd_err >= 0) set_nonblock(x->fd_err);
   if (x->fd_in >= 0) set_nonblock(x->fd_in);
-  x->deadline = timeout ? now_ms() + (int64_t)timeout : 0;
   if (tag) x->bg = bg_new(id, tag, pid, argv, argc);
   x->next = execs;
   execs = x;
-  out_fmt("r %" PRIu64 " 0 %d\n", id, (int)pid);
 }
 
 /* X (or B, background) <id> <flags> <timeoutMs> <cwd> <argc> <arg>... <envc> <env>... */
@@ -170,7 +175,7 @@ void exec_stdin_flush(struct exec *x) {
       close_fd(&x->fd_in);
     }
   }
-  if (acked && !x->detached) out_fmt("i %" PRIu64 " %zu\n", x->id, acked);
+  if (acked && !x->detached && !x->bg) out_fmt("i %" PRIu64 " %zu\n", x->id, acked);
   if (!x->stdin_q.len) {
     buf_free(&x->stdin_q);
     if (x->stdin_close_pending) close_fd(&x->fd_in);

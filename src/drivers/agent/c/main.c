@@ -3,11 +3,12 @@
 
 /* ==== 14. main loop ================================================================================== */
 
-enum slot_kind { SLOT_EXEC_OUT, SLOT_EXEC_ERR, SLOT_EXEC_IN, SLOT_WATCH, SLOT_CHAN_IN, SLOT_CHAN_OUT, SLOT_SIG };
+enum slot_kind { SLOT_EXEC_OUT, SLOT_EXEC_ERR, SLOT_EXEC_IN, SLOT_WATCH, SLOT_CHAN_IN, SLOT_CHAN_OUT, SLOT_SIG, SLOT_SOCK, SLOT_LISTEN };
 struct slot {
   enum slot_kind kind;
   struct exec *x;
   struct watch *w;
+  void *p; /* SLOT_SOCK: struct sock; SLOT_LISTEN: struct listener */
 };
 
 static struct pollfd *pfds;
@@ -24,6 +25,11 @@ static void add_slot_w(int fd, short events, enum slot_kind kind, struct exec *x
   slots[nslots++] = (struct slot){.kind = kind, .x = x, .w = w};
 }
 
+static void add_slot_p(int fd, short events, enum slot_kind kind, void *p) {
+  add_slot_w(fd, events, kind, NULL, NULL);
+  slots[nslots - 1].p = p;
+}
+
 static void add_slot(int fd, short events, enum slot_kind kind, struct exec *x) { add_slot_w(fd, events, kind, x, NULL); }
 
 /* Exec slots first and the signal slot last: only reaping frees an exec, so pointers stay valid. Watch
@@ -38,13 +44,37 @@ static void build_slots(int64_t now) {
   }
   if (!quiesced && out.len < OUT_HIGH)
     for (struct watch *w = watches; w; w = w->next) add_slot_w(w->fd, POLLIN, SLOT_WATCH, NULL, w);
+  /* Sockets before the channel too: a host line (rst, reset) only marks a sock dead; socks_sweep frees it. */
+  for (struct sock *s = socks; s; s = s->next) {
+    short ev = sock_events(s);
+    if (ev) add_slot_p(s->fd, ev, SLOT_SOCK, s);
+  }
+  if (listener_can_accept())
+    for (struct listener *l = listeners; l; l = l->next) add_slot_p(l->fd, POLLIN, SLOT_LISTEN, l);
   if (chan_in >= 0 && now >= in_paused_until) add_slot(chan_in, POLLIN, SLOT_CHAN_IN, NULL);
   if (chan_out >= 0 && out.len && !quiesced) add_slot(chan_out, POLLOUT, SLOT_CHAN_OUT, NULL);
   add_slot(sig_fd, POLLIN, SLOT_SIG, NULL);
 }
 
+/* gVisor's PTY master does not always wake poll() when output arrives: terminals are also read every
+ * PTY_POLL_MS (a non-blocking read that finds nothing costs one syscall). */
+#define PTY_POLL_MS 10
+#define PTY_FAST_MS 1 /* for PTY_FAST_FOR ms after terminal input: its echo is awaited by a typist */
+int64_t pty_fast_until;
+static int ptys_running(void) {
+  for (struct exec *x = execs; x; x = x->next)
+    if (x->bg && x->bg->pty && x->fd_out >= 0) return 1;
+  return 0;
+}
+
+static void read_ptys(void) {
+  if (quiesced) return;
+  for (struct exec *x = execs; x; x = x->next)
+    if (x->bg && x->bg->pty && x->fd_out >= 0) exec_read(x, &x->fd_out, 'o');
+}
+
 static int poll_timeout(int64_t now) {
-  int64_t t = -1;
+  int64_t t = !ptys_running() ? -1 : now < pty_fast_until ? PTY_FAST_MS : PTY_POLL_MS;
   if (!quiesced && out.len < OUT_HIGH && (reads_can_progress() || lists || follows_can_progress())) return 0;
   for (struct exec *x = execs; x; x = x->next)
     if (x->deadline && (t < 0 || x->deadline - now < t)) t = x->deadline - now;
@@ -69,6 +99,8 @@ static void handle_slot(size_t i) {
     if (chan_in >= 0 && !chan_read() && chan_in >= 0 && (re & (POLLHUP | POLLERR | POLLNVAL))) chan_lost(0, 0);
     break;
   case SLOT_SIG: handle_signals(); break;
+  case SLOT_SOCK: sock_ready(slots[i].p, re); break;
+  case SLOT_LISTEN: listener_ready(slots[i].p); break;
   }
 }
 
@@ -146,12 +178,14 @@ int main(int argc, char **argv) {
       return 1;
     }
     for (size_t i = 0; n > 0 && i < nslots; i++) handle_slot(i);
+    read_ptys();
     check_timeouts(now_ms());
     if (!quiesced) {
       pump_reads();
       pump_lists();
       pump_follows();
     }
+    socks_sweep();
     flush_out();
   }
 }

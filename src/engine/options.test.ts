@@ -1,0 +1,63 @@
+/** Engine options are checked once, when the engine is built: a bad value is a ConfigError naming it, never clamped. */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { systemClock } from '../core/index.js';
+import { MemoryDriver } from '../drivers/memory/driver.js';
+import { composeEngine } from '../server/compose.js';
+import { openSqliteStore } from '../store/sqlite.js';
+import { LocalSnapshotStore } from '../store/snapshot-dir.js';
+import { newSecret } from './auth.js';
+import { SessionManager } from './manager.js';
+import { resolveForkConcurrency, resolveIdleSweepMs } from './options.js';
+
+const config = (field: string) => expect.objectContaining({ code: 'config', details: expect.objectContaining({ field }) });
+
+describe('forkConcurrency', () => {
+  it('defaults to 4 and takes 1..64', () => {
+    expect(resolveForkConcurrency(undefined)).toBe(4);
+    expect(resolveForkConcurrency(1)).toBe(1);
+    expect(resolveForkConcurrency(64)).toBe(64);
+  });
+  it('refuses 0, negatives, fractions, NaN and more than 64', () => {
+    for (const v of [0, -1, 1.5, Number.NaN, 65, Number.POSITIVE_INFINITY]) expect(() => resolveForkConcurrency(v), String(v)).toThrow(config('forkConcurrency'));
+  });
+  it('SessionManager refuses forkConcurrency: 0 when it is built (it used to stall the first fork)', async () => {
+    const store = openSqliteStore({ path: ':memory:', clock: systemClock });
+    const dir = await mkdtemp(join(tmpdir(), 'berth-options-'));
+    try {
+      const driver = new MemoryDriver({});
+      expect(
+        () =>
+          new SessionManager({ store, audit: store.audit, snapshots: new LocalSnapshotStore(join(dir, 's')), drivers: { [driver.name]: driver }, rootKeyHash: '0'.repeat(64), clock: systemClock, forkConcurrency: 0 }),
+      ).toThrow(config('forkConcurrency'));
+    } finally {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('idleSweepMs', () => {
+  it('defaults to 1000; 0 turns the sweeper off', () => {
+    expect(resolveIdleSweepMs(undefined)).toBe(1000);
+    expect(resolveIdleSweepMs(0)).toBe(0);
+  });
+  it('refuses negatives, fractions and more than a day', () => {
+    for (const v of [-1, 0.5, 86_400_001, Number.NaN]) expect(() => resolveIdleSweepMs(v), String(v)).toThrow(config('idleSweepMs'));
+  });
+  it('composeEngine refuses it before it starts anything', async () => {
+    const store = openSqliteStore({ path: ':memory:', clock: systemClock });
+    const dir = await mkdtemp(join(tmpdir(), 'berth-options-'));
+    try {
+      const driver = new MemoryDriver({});
+      await expect(
+        composeEngine({ dataDir: dir, store, snapshots: new LocalSnapshotStore(join(dir, 's')), drivers: { [driver.name]: driver }, rootKey: newSecret('btr'), clock: systemClock, idleSweepMs: -5 }),
+      ).rejects.toThrow(config('idleSweepMs'));
+    } finally {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
