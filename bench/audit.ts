@@ -23,7 +23,7 @@ import { startServer } from '../src/server/serve.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import { LocalSnapshotStore } from '../src/store/snapshot-dir.js';
 import { Berth } from '../src/sdk/index.js';
-import { percentile, row, sample, type Row } from './stats.js';
+import { gateRow, percentile, row, sample, samplePair, type Row } from './stats.js';
 
 const entry = (i: number): AuditInput => ({
   tenantId: 'ten_bench',
@@ -63,9 +63,8 @@ async function gatedRow(dir: string): Promise<Row> {
     const s = await berth.sessions.create({});
     await berth.gate.set(s.id, { breaker: { perMinute: 100_000 } }); // the benchmark's own rate would trip it
     for (let i = 0; i < 100; i++) await berth.tools.call(s.id, 'fs.list', { path: '/' });
-    const gated = await sample(1000, () => berth.tools.call(s.id, 'fs.list', { path: '/' }));
-    const ungated = await sample(1000, () => s.files.list('/'));
-    return { ...row('fs.list through the gate, memory driver (raw: ungated files/list route)', 'audit', gated, ungated, ''), note: 'HTTP, all stages + audit' };
+    const [gated, ungated] = await samplePair(1000, () => berth.tools.call(s.id, 'fs.list', { path: '/' }), () => s.files.list('/'));
+    return gateRow('fs.list through the gate, memory driver (raw: ungated files/list route)', 'audit', gated, ungated);
   } finally {
     await http.close();
     await side.close();

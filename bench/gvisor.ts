@@ -12,7 +12,7 @@ import { ociSpec } from '../src/drivers/gvisor/spec.js';
 import { newMachineId } from '../src/core/index.js';
 import type { Berth as BerthClient } from '../src/sdk/index.js';
 import { dirBytes, hostMemory } from './memory.js';
-import { row, sample, time, type Row } from './stats.js';
+import { gateRow, row, sample, samplePair, time, type Row } from './stats.js';
 
 const DIRTY = 'head -c 64M /dev/urandom > /dev/shm/dirty';
 
@@ -78,9 +78,8 @@ export async function benchGvisor(o: { berth: BerthClient; rootfs: string; agent
     // A gated tool call against the same work without the gate: what authorization costs per call.
     o.log('gvisor: gated tool call');
     await berth.tools.call(s0.id, 'fs.list', { path: '/root' });
-    const gated = await sample(E, () => berth.tools.call(s0.id, 'fs.list', { path: '/root' }));
-    const ungated = await sample(E, () => s0.files.list('/root'));
-    rows.push({ ...row('fs.list through the gate (raw: ungated files/list route)', 'gvisor', gated, ungated, ''), note: 'HTTP, all stages + audit' });
+    const [gated, ungated] = await samplePair(E, () => berth.tools.call(s0.id, 'fs.list', { path: '/root' }), () => s0.files.list('/root'));
+    rows.push(gateRow('fs.list through the gate (raw: ungated files/list route)', 'gvisor', gated, ungated));
 
     // pause / resume
     o.log('gvisor: pause/resume');

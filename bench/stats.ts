@@ -36,6 +36,23 @@ export async function sample(n: number, fn: () => Promise<unknown>): Promise<num
   return out;
 }
 
+/** n timings of a and of b, interleaved (a, b, a, b, …) so that drift in the machine's load hits both alike. */
+export async function samplePair(n: number, a: () => Promise<unknown>, b: () => Promise<unknown>): Promise<[number[], number[]]> {
+  const ta: number[] = [];
+  const tb: number[] = [];
+  for (let i = 0; i < n; i++) {
+    ta.push((await time(a))[0]);
+    tb.push((await time(b))[0]);
+  }
+  return [ta, tb];
+}
+
+/** The gate's cost target (issue 13 §4): a gated call's p50 within 2 ms of the same work ungated. */
+export function gateRow(op: string, backend: string, gated: number[], ungated: number[]): Row {
+  const extra = percentile(gated, 50) - percentile(ungated, 50);
+  return { ...row(op, backend, gated, ungated, 'p50 <= raw + 2 ms'), note: `HTTP, all stages + audit; +${round(extra, 2)} ms p50` };
+}
+
 export function row(op: string, backend: string, berth: number[], raw: number[] | null, target: string, note?: string): Row {
   const b50 = percentile(berth, 50);
   const r50 = raw ? percentile(raw, 50) : null;

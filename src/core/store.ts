@@ -124,6 +124,22 @@ export interface WatchLinkRepo {
   put(r: WatchLinkRecord): Promise<void>;
 }
 
+/**
+ * How durable a commit must be when transaction() resolves.
+ *  - 'full' (the default): on disk. What must hold before an action runs (a gate's decision, a state
+ *    transition) is written this way.
+ *  - 'deferred': committed (visible to every reader, kept if this process dies) but possibly not yet on
+ *    disk: the store makes it durable in the background within milliseconds, and the next 'full' commit
+ *    carries it in any case. Only a power cut or kernel crash in that window can lose it. For writes that
+ *    follow a durable one and whose loss in a power cut is caught (a tool's result after its fsynced
+ *    decision; an Idempotency-Key claim, which the call's own decision commit then carries to disk).
+ * A store may treat 'deferred' as 'full'. Anything derived from the audit log outside the database (the
+ * head anchor, the signed-head ledger) moves only once the entries it names are on disk.
+ */
+export interface TransactionOptions {
+  durability?: 'full' | 'deferred';
+}
+
 export interface Store {
   readonly sessions: SessionRepo;
   readonly snapshots: SnapshotRepo;
@@ -142,8 +158,9 @@ export interface Store {
    * rejects) everything it wrote is rolled back and the error is rethrown. Every store and audit call made
    * while fn runs, through `tx` or through this store, is part of the transaction. A nested call joins the
    * outer transaction (as a savepoint: if the inner fn throws, only its own writes are undone).
+   * `durability` (outermost call only; a nested call joins the outer one's) — see TransactionOptions.
    */
-  transaction<T>(fn: (tx: Store) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: Store) => Promise<T>, opts?: TransactionOptions): Promise<T>;
   /** Idempotent. */
   close(): Promise<void>;
 }

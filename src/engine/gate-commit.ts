@@ -1,9 +1,10 @@
 /**
  * The gate's two writes per call, each one store transaction under the session's gate lock:
  *   commitDecision  what evaluate() decided, before anything runs: breaker, call count, plan progress, the
- *                   approval spent or parked, one audit entry per stage verdict;
+ *                   approval spent or parked, one audit entry per stage verdict; on disk (fsynced) before
+ *                   the call runs;
  *   finishCall      what the run answered: checkResult(), breaker, the answer kept on its approval, the
- *                   result verdict.
+ *                   result verdict; committed before it is answered, fsynced in the background ('deferred').
  * A breaker that trips in either writes an alert entry and pauses the session once the transaction is in.
  */
 import {
@@ -171,6 +172,9 @@ export async function finishCall(c: GateContext, o: FinishOptions): Promise<Call
   const tripped = res.breakerNext.open && !g.breaker.open;
   g.row.breaker = res.breakerNext;
   const base = { callId: a.callId, tool: a.tool.name, argsDigest: a.argsDigest, ...(a.approvalId ? { approvalId: a.approvalId } : {}) };
+  // Deferred durability: the decision was on disk before the call ran; the result is committed before it is
+  // answered and reaches the disk in the store's background flush (a power cut in those milliseconds can
+  // leave a decision without its result, never a call without its decision).
   await c.store.transaction(async () => {
     const v = res.verdict;
     await c.audit.append({
@@ -187,7 +191,7 @@ export async function finishCall(c: GateContext, o: FinishOptions): Promise<Call
     }
     if (tripped) await auditTrip(c, r, p, g.row.breaker, base);
     await c.state.save(g.row);
-  });
+  }, { durability: tripped ? 'full' : 'deferred' });
   if (tripped) await pauseForBreaker(c, r.id, g);
   return result;
 }

@@ -39,8 +39,11 @@ import {
   type SessionRecord,
   type SnapshotRecord,
   type Store,
+  type TransactionOptions,
 } from '../core/index.js';
 
+/** Key claims and answers commit without their own fsync (core/store.ts TransactionOptions). */
+const DEFERRED: TransactionOptions = Object.freeze({ durability: 'deferred' });
 /** 1–255 printable ASCII characters (space to tilde). */
 export const IDEMPOTENCY_KEY_RE = /^[\x20-\x7e]{1,255}$/;
 /** Expired rows are swept at most this often, ms, on the next key's arrival. */
@@ -121,7 +124,9 @@ export class Idempotency {
     });
     await this.#hold;
     for (let attempt = 0; attempt < 3; attempt++) {
-      const found = await repo.claim(mine, now);
+      // Deferred: the claim reaches the disk with the request's own first durable commit (a gated call's
+      // decision, a session's record), which precedes anything it does.
+      const found = await this.#o.store.transaction(() => repo.claim(mine, now), DEFERRED);
       if (!found) return { kind: 'run', ticket: ticket() };
       if (found.fingerprint !== fingerprint) {
         throw new AppError('idempotency_mismatch', 'this Idempotency-Key was used with a different request (method, path or body); use a new key', {
@@ -186,8 +191,11 @@ export class Idempotency {
       const c = await this.#created(t.created);
       ran = c.sessions.length + c.snapshots.length > 0;
     }
-    if (ran) await repo.complete(t.tenantId, t.scope, t.key, this.instanceId, { status: answer.status, body: seal(t.secret, answer.body) });
-    else await repo.release(t.tenantId, t.scope, t.key, this.instanceId);
+    // Deferred: lost only to a power cut in the next milliseconds, which leaves the key `started` by a server
+    // that is gone, and a retry is told the outcome is unknown (or gets what was created): never a second run.
+    const { store } = this.#o;
+    if (ran) await store.transaction(() => repo.complete(t.tenantId, t.scope, t.key, this.instanceId, { status: answer.status, body: seal(t.secret, answer.body) }), DEFERRED);
+    else await store.transaction(() => repo.release(t.tenantId, t.scope, t.key, this.instanceId), DEFERRED);
   }
 
   async #created(ids: string[]): Promise<{ sessions: SessionRecord[]; snapshots: SnapshotRecord[] }> {

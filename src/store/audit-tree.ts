@@ -193,8 +193,17 @@ export class SqliteAuditTree implements AuditTree {
 
   /** After a committed append: the signed head to the ledger file (never backwards). */
   afterCommit(): void {
+    this.record(this.committedHead());
+  }
+
+  /** The newest signed head. Call only when no transaction is open (on this connection it would read uncommitted rows). */
+  committedHead(): SignedHead | undefined {
+    return this.#signedHeadSync();
+  }
+
+  /** A committed head, once the entries it covers are on disk, to the ledger file (never backwards). */
+  record(h: SignedHead | undefined): void {
     if (this.#ledgerPath === undefined) return;
-    const h = this.#signedHeadSync();
     if (h === undefined || h.treeSize < this.#ledgerSize) return;
     try {
       writeLedger(this.#ledgerPath, h);

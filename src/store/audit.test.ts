@@ -217,6 +217,24 @@ describe('the head anchor', () => {
     expect(await verifyAudit(s)).toMatchObject({ ok: true, anchor: 'matched' });
   });
 
+  it("after a 'deferred' commit moves only once the store's flush has fsynced it; a full commit carries it at once", async () => {
+    const s = await filled(1);
+    const before = readFileSync(anchorPath, 'utf8');
+    const e2 = await s.transaction(() => s.audit.append(input(2)), { durability: 'deferred' });
+    // Committed and readable now; on disk only after the background fsync, and the anchor waits for it.
+    expect((await s.audit.query()).map((x) => x.seq)).toEqual([1, 2]);
+    expect(readFileSync(anchorPath, 'utf8')).toBe(before);
+    await s.flushed();
+    expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 2, hash: e2.hash } });
+
+    await s.transaction(() => s.audit.append(input(3)), { durability: 'deferred' });
+    const e4 = await s.audit.append(input(4)); // its own full commit fsyncs the WAL with entry 3 in it
+    expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 4, hash: e4.hash } });
+    await s.flushed(); // the late flush of entry 3 never moves the anchor back
+    expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 4, hash: e4.hash } });
+    expect(await verifyAudit(s)).toMatchObject({ ok: true, entries: 4, anchor: 'matched' });
+  });
+
   it('a lagging anchor (crash between COMMIT and the anchor write) is accepted and caught up on open', async () => {
     const s = await filled(3);
     const second = (await s.audit.query({ afterSeq: 1, limit: 1 }))[0] as AuditEntry;

@@ -8,6 +8,7 @@ import type { Clock } from '../core/store.js';
 import { translateSqliteError } from './sqlite-errors.js';
 import type { TxScope } from './sqlite-tx.js';
 import { SqliteAuditTree } from './audit-tree.js';
+import type { SignedHead } from '../core/audit-tree.js';
 
 /**
  * The audit log over the `audit` table (created in migrations.ts, with triggers that abort UPDATE and
@@ -15,6 +16,12 @@ import { SqliteAuditTree } from './audit-tree.js';
  * hash) is also kept in a small anchor file beside the database, rewritten (tmp + rename) after each
  * committed append, and compared by verifyAudit().
  */
+
+/** What a flush can vouch for once its fsync returns: the committed head and signed head when it started. */
+export interface DurableMark {
+  anchor: AuditAnchor;
+  head: SignedHead | undefined;
+}
 
 /** The head of the chain: the last entry's seq and hash ({0, GENESIS_HASH} for an empty log). */
 export interface AuditAnchor {
@@ -189,6 +196,10 @@ export class SqliteAuditLog implements AuditLog {
   #known: AuditAnchor;
   /** An append ran inside an outer transaction; the anchor is written when that commits. */
   #pending = false;
+  /** The newest signed head committed (read after each commit, when no transaction is open). */
+  #committedHead: SignedHead | undefined;
+  /** The highest seq written to the anchor by this process: the anchor only moves forward. */
+  #anchoredSeq = -1;
   #frozen = false;
 
   constructor(opts: SqliteAuditLogOptions) {
@@ -227,6 +238,7 @@ export class SqliteAuditLog implements AuditLog {
     };
     this.tree = new SqliteAuditTree({ db, scope: this.#scope });
     this.#known = this.head();
+    this.#committedHead = this.tree.committedHead();
     this.#openAnchor();
   }
 
@@ -264,9 +276,10 @@ export class SqliteAuditLog implements AuditLog {
     if (outer) {
       this.#pending = true;
     } else {
+      // Its own transaction, at the connection's FULL level: on disk, and so is every commit before it.
       this.#known = { seq: entry.seq, hash: entry.hash };
-      this.#anchor(this.#known);
-      this.tree.afterCommit();
+      this.#committedHead = this.tree.committedHead();
+      this.markDurable(this.durableMark());
     }
     return entry;
   }
@@ -341,18 +354,35 @@ export class SqliteAuditLog implements AuditLog {
       const head = this.head();
       this.#known = head;
       this.#frozen = false;
+      this.#anchoredSeq = head.seq;
       if (this.anchorPath !== undefined) writeAnchor(this.anchorPath, head);
       return head;
     });
   }
 
-  /** Called by SqliteStore.transaction() after its outermost COMMIT. */
-  afterCommit(): void {
-    if (!this.#pending) return;
-    this.#pending = false;
-    this.#known = this.head();
-    this.#anchor(this.#known);
-    this.tree.afterCommit();
+  /**
+   * Called by SqliteStore.transaction() after its outermost COMMIT, before another transaction can start.
+   * `durable` false for a 'deferred' commit: the anchor and the ledger wait until the store's flush calls
+   * markDurable() with what its fsync covered (so after a power cut they can only lag the database).
+   */
+  afterCommit(durable = true): void {
+    if (this.#pending) {
+      this.#pending = false;
+      this.#known = this.head();
+      this.#committedHead = this.tree.committedHead();
+    }
+    if (durable) this.markDurable(this.durableMark());
+  }
+
+  /** What is committed now, in memory only (safe to call while a transaction is open). */
+  durableMark(): DurableMark {
+    return { anchor: this.#known, head: this.#committedHead };
+  }
+
+  /** Everything up to `m` is on disk: the anchor and the signed-head ledger may move forward to it. */
+  markDurable(m: DurableMark): void {
+    if (m.anchor.seq > this.#anchoredSeq) this.#anchor(m.anchor);
+    this.tree.record(m.head);
   }
 
   /** Called by SqliteStore.transaction() after its outermost ROLLBACK. */
@@ -383,6 +413,7 @@ export class SqliteAuditLog implements AuditLog {
     if (this.anchorPath === undefined || this.#frozen) return;
     try {
       writeAnchor(this.anchorPath, a);
+      this.#anchoredSeq = a.seq;
     } catch (e) {
       throw new AppError('unavailable', 'audit entry committed but the head anchor could not be written', {
         details: { seq: a.seq, path: this.anchorPath, committed: true },

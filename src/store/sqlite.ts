@@ -5,7 +5,7 @@ import { AppError, ConfigError, NotFoundError } from '../core/errors.js';
 import type { SessionRecord, SnapshotRecord, TenantRecord } from '../core/records.js';
 import { systemClock } from '../core/store.js';
 import type { IdempotencyRepo } from '../core/idempotency.js';
-import type { ApprovalRepo, Clock, PolicyRepo, PortLinkRepo, SessionFilter, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, Store, TenantRepo, ToolRepo, WatchLinkRepo } from '../core/store.js';
+import type { ApprovalRepo, Clock, PolicyRepo, PortLinkRepo, SessionFilter, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, Store, TenantRepo, ToolRepo, TransactionOptions, WatchLinkRepo } from '../core/store.js';
 import { SqliteAuditLog, anchorPathFor } from './audit.js';
 import { SqlitePortLinkRepo } from './port-links.js';
 import { SqliteApprovalRepo, SqlitePolicyRepo, SqliteSessionGateRepo, SqliteSnapshotGateRepo, SqliteToolRepo } from './gate-repos.js';
@@ -14,13 +14,15 @@ import { SqliteIdempotencyRepo } from './idempotency.js';
 import { applyMigrations } from './migrations.js';
 import { translateSqliteError } from './sqlite-errors.js';
 import { TxScope, asyncRepo, type Syncify } from './sqlite-tx.js';
+import { WalFlusher } from './sqlite-flush.js';
 
 /**
  * The embedded Store: one SQLite file in WAL mode. Each record is stored as the columns it is filtered on
  * plus a JSON `data` column holding the rest. Every statement is prepared once, when the store opens.
  *
  * Durability: synchronous=FULL, so a write is on disk (the WAL is fsynced) when its call returns, as the
- * Store port promises. Note that NORMAL would already survive a SIGKILL of the server (a committed WAL
+ * Store port promises; a transaction asked for 'deferred' durability commits at NORMAL and is fsynced in
+ * the background (sqlite-flush.ts). Note that NORMAL would already survive a SIGKILL of the server (a committed WAL
  * frame is in the kernel's page cache); FULL is what survives a power loss or kernel crash.
  */
 export interface SqliteStoreOptions {
@@ -317,6 +319,8 @@ export class SqliteStore implements Store {
   readonly audit: SqliteAuditLog;
   readonly #db: BetterSqlite3.Database;
   readonly #scope = new TxScope();
+  /** Makes deferred commits durable; undefined for an in-memory database. */
+  readonly #flusher: WalFlusher | undefined;
 
   constructor(parts: SqliteStoreParts) {
     const db = parts.db;
@@ -337,6 +341,14 @@ export class SqliteStore implements Store {
     this.idempotency = asyncRepo<IdempotencyRepo>(new SqliteIdempotencyRepo(db), scope);
     const anchorPath = anchorPathFor(parts.path);
     this.audit = new SqliteAuditLog({ db, clock: parts.clock, scope, ...(anchorPath === undefined ? {} : { anchorPath }) });
+    if (anchorPath !== undefined) {
+      this.#flusher = new WalFlusher({
+        walPath: `${parts.path}-wal`,
+        capture: () => this.audit.durableMark(),
+        durable: (m) => this.audit.markDurable(m),
+        log: (line) => process.stderr.write(`berth store: ${line}\n`),
+      });
+    }
   }
 
   /**
@@ -347,13 +359,19 @@ export class SqliteStore implements Store {
    * everything commits. Audit entries appended inside move the head anchor after the COMMIT; if that write
    * fails this throws 'unavailable' with details.committed = true, and the transaction has committed.
    */
-  async transaction<T>(fn: (tx: Store) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Store) => Promise<T>, opts: TransactionOptions = {}): Promise<T> {
     const open = this.#scope.current();
     if (open) return this.#savepoint(open, fn);
+    // A deferred commit skips the WAL fsync (synchronous=NORMAL for this COMMIT only); #flusher makes it
+    // durable in the background. In memory there is nothing to sync.
+    const deferred = opts.durability === 'deferred' && this.#flusher !== undefined;
     await this.#scope.lock.acquire();
     const frame = { active: true, savepoints: 0 };
     try {
       let result: T;
+      // SQLite reads the level at COMMIT but refuses to change it inside a transaction: set around it (the
+      // connection is this transaction's alone until the lock is released).
+      if (deferred) this.#db.exec('PRAGMA synchronous = NORMAL');
       try {
         this.#db.exec('BEGIN IMMEDIATE');
         result = await this.#scope.within(frame, () => fn(this));
@@ -364,12 +382,20 @@ export class SqliteStore implements Store {
         if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
         this.audit.afterRollback();
         translateSqliteError(e, { kind: 'transaction' });
+      } finally {
+        if (deferred) this.#db.exec('PRAGMA synchronous = FULL');
       }
-      this.audit.afterCommit();
+      this.audit.afterCommit(!deferred);
+      if (deferred) this.#flusher?.schedule();
       return result;
     } finally {
       this.#scope.lock.release();
     }
+  }
+
+  /** Resolves once every commit made so far is on disk, with the anchor and ledger moved to it. */
+  async flushed(): Promise<void> {
+    await this.#flusher?.drain();
   }
 
   async #savepoint<T>(frame: { savepoints: number }, fn: (tx: Store) => Promise<T>): Promise<T> {
@@ -388,8 +414,9 @@ export class SqliteStore implements Store {
     }
   }
 
-  /** Idempotent. Waits for a transaction in progress to end. */
+  /** Idempotent. Waits for a transaction in progress to end, and for deferred commits to reach the disk. */
   async close(): Promise<void> {
+    await this.#flusher?.drain();
     await this.#scope.run(() => {
       if (this.#db.open) this.#db.close();
     });

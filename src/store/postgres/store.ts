@@ -7,7 +7,7 @@
  */
 import pg from 'pg';
 import { AppError, ConfigError } from '../../core/errors.js';
-import { systemClock, type Clock, type Store } from '../../core/store.js';
+import { systemClock, type Clock, type Store, type TransactionOptions } from '../../core/store.js';
 import type { ApprovalRepo, PolicyRepo, PortLinkRepo, SessionGateRepo, SessionRepo, SnapshotGateRepo, SnapshotRepo, TenantRepo, ToolRepo, WatchLinkRepo } from '../../core/store.js';
 import { PgAuditLog } from './audit.js';
 import { applyPgMigrations, PG_MIGRATIONS } from './migrations.js';
@@ -133,7 +133,8 @@ export class PostgresStore implements Store {
    * SQLite, a statement that fails inside a transaction fails the whole transaction (PostgreSQL refuses
    * further statements), even if fn catches the error; wrap such a statement in a nested transaction.
    */
-  transaction<T>(fn: (tx: Store) => Promise<T>): Promise<T> {
+  /** 'deferred' durability is taken as 'full' here: every commit waits for PostgreSQL's WAL flush. */
+  transaction<T>(fn: (tx: Store) => Promise<T>, _opts?: TransactionOptions): Promise<T> {
     return this.#scope.transaction(() => fn(this));
   }
 
