@@ -6,6 +6,7 @@
  * and a thin file that calls parseCommand('verb', 'sub', ctx.argv). Numeric limits come from the
  * protocol's LIMITS, the same numbers the server enforces.
  */
+import { BACKENDS } from '../core/sandbox.js';
 import { LIMITS } from '../protocol/schemas.js';
 
 export type FlagKind = 'bool' | 'string' | 'int' | 'number' | 'kv' | 'list' | 'choice';
@@ -90,7 +91,7 @@ export const SPEC = {
           'idle-timeout': { kind: 'int', arg: 'S', ...range(LIMITS.idleTimeoutS), help: 'hibernate after S idle seconds (0: never, the default)' },
           env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },
           meta: { kind: 'kv', arg: 'K=V', help: 'metadata label (repeatable)' },
-          backend: { kind: 'choice', choices: ['gvisor', 'qemu'], help: 'sandbox backend (default gvisor)' },
+          backend: { kind: 'choice', choices: BACKENDS, help: 'sandbox backend (default gvisor)' },
           template: { kind: 'string', arg: 'NAME', help: 'start from this template (its files and running processes), fresh identity' },
           tenant,
           'egress-allow': { kind: 'list', arg: 'HOST[:PORT]', help: 'a host the session may connect to (host, *.domain, IP or CIDR; repeatable; default none)' },
@@ -390,7 +391,7 @@ export const SPEC = {
         summary: 'run a recipe in a fresh session and keep the machine as template NAME (output streams live)',
         flags: {
           file: { kind: 'string', arg: 'FILE', completes: 'file', required: true, help: 'the recipe, JSON {from?, run, files?, env?, egressAllow?} ("-": stdin)' },
-          backend: { kind: 'choice', choices: ['gvisor', 'qemu'], help: 'sandbox backend (default gvisor; not with recipe.from)' },
+          backend: { kind: 'choice', choices: BACKENDS, help: 'sandbox backend (default gvisor; not with recipe.from)' },
           memory: { kind: 'int', arg: 'MB', ...range(LIMITS.memoryMb), help: 'memory, MiB (default 512; not with recipe.from)' },
           cpus: { kind: 'number', arg: 'N', ...range(LIMITS.cpus), help: 'CPUs (default 1; not with recipe.from)' },
           tenant,

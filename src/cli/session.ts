@@ -1,3 +1,4 @@
+import type { BackendName } from '../core/sandbox.js';
 import type { SessionView } from '../protocol/types.js';
 import { parseCommand, printJson, println, table, type VerbContext } from './common.js';
 
@@ -23,7 +24,7 @@ async function create(ctx: VerbContext): Promise<number> {
     idleTimeoutS: v['idle-timeout'],
     env: v.env,
     metadata: v.meta,
-    backend: v.backend as 'gvisor' | 'qemu' | undefined,
+    backend: v.backend as BackendName | undefined,
     tenantId: v.tenant,
     template: v.template,
     egressAllow: splitList(v['egress-allow']),

@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { isAppError } from '../core/errors.js';
+import type { BackendName } from '../core/sandbox.js';
 import type { TemplateRecipeBody, TemplateView } from '../protocol/templates.js';
 import { UsageError, parseCommand, printJson, println, table, writeBytes, type VerbContext } from './common.js';
 
@@ -61,7 +62,7 @@ async function build(ctx: VerbContext): Promise<number> {
   const io = ctx.io;
   try {
     const t = await ctx.client().templates.build(positionals[0]!, recipe, {
-      backend: v.backend as 'gvisor' | 'qemu' | undefined,
+      backend: v.backend as BackendName | undefined,
       memoryMb: v.memory,
       cpus: v.cpus,
       tenantId: v.tenant,

@@ -6,7 +6,17 @@
 
 import type { Duplex } from 'node:stream';
 
-export type BackendName = 'gvisor' | 'qemu';
+/**
+ * Every production backend, by name: the one place the names are spelled (the protocol's enum, the CLI's
+ * choices, the server's default set and options validation derive from it). Each has a folder in
+ * src/drivers and an entry in src/drivers/registry.ts, which the compiler holds to this list.
+ */
+export const BACKENDS = Object.freeze(['gvisor', 'qemu'] as const);
+export type BackendName = (typeof BACKENDS)[number];
+
+export function isBackendName(v: unknown): v is BackendName {
+  return (BACKENDS as readonly unknown[]).includes(v);
+}
 
 export interface SandboxLimits {
   /** Memory limit, MiB. */
@@ -179,6 +189,11 @@ export interface DriverCapabilities {
   processRingBytes: number;
   /** Background process records kept per sandbox (running and finished; the oldest finished go first). */
   maxProcesses: number;
+  /**
+   * Smallest memory limit a sandbox boots with, MiB. Session settings below it are refused (the engine's own
+   * floor, LIMITS.memoryMb.min, applies too).
+   */
+  minMemoryMb: number;
 }
 
 /** What a listener knows about a connection it accepted inside the sandbox. */
@@ -307,6 +322,11 @@ export interface SandboxDriver {
   ): Promise<CheckpointResult>;
   /** Starts spec.sandboxId from imageDir and applies spec.identity. One image may be restored many times. */
   restore(spec: SandboxSpec, imageDir: string, opts?: CallOptions): Promise<void>;
+  /**
+   * Whether imageDir holds a whole checkpoint of this driver's, one restore() accepts (recovery asks it of a
+   * hibernation the server stopped in the middle of). False for a missing or partial image; never throws.
+   */
+  imageComplete(imageDir: string, opts?: CallOptions): Promise<boolean>;
 
   stats(sandboxId: string, opts?: CallOptions): Promise<SandboxStats>;
   /** Kills everything and deletes the sandbox's scratch state. Idempotent. */

@@ -3,14 +3,15 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { systemClock } from '../core/index.js';
+import { systemClock, type BackendName } from '../core/index.js';
+import { createTestEngine } from '../../test/helpers/engine.js';
 import { MemoryDriver } from '../drivers/memory/driver.js';
 import { composeEngine } from '../server/compose.js';
 import { openSqliteStore } from '../store/sqlite.js';
 import { LocalSnapshotStore } from '../store/snapshot-dir.js';
 import { newSecret } from './auth.js';
 import { SessionManager } from './manager.js';
-import { resolveForkConcurrency, resolveIdleSweepMs } from './options.js';
+import { DEFAULT_SESSION, LIMITS, resolveForkConcurrency, resolveIdleSweepMs, resolveSettings } from './options.js';
 
 const config = (field: string) => expect.objectContaining({ code: 'config', details: expect.objectContaining({ field }) });
 
@@ -58,6 +59,37 @@ describe('idleSweepMs', () => {
     } finally {
       await store.close();
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('memory floor', () => {
+  const invalid = (field: string) => expect.objectContaining({ code: 'invalid_argument', details: expect.objectContaining({ field }) });
+
+  it('is LIMITS.memoryMb.min, raised per backend by minMemoryMb', () => {
+    const d = { ...DEFAULT_SESSION, minMemoryMb: { qemu: 128 } };
+    expect(resolveSettings({ memoryMb: LIMITS.memoryMb.min, backend: 'gvisor' }, d).settings.memoryMb).toBe(LIMITS.memoryMb.min);
+    expect(() => resolveSettings({ memoryMb: 127, backend: 'qemu' }, d)).toThrow(invalid('memoryMb'));
+    expect(resolveSettings({ memoryMb: 128, backend: 'qemu' }, d).settings.memoryMb).toBe(128);
+    // A capability below the engine's floor does not lower it.
+    expect(() => resolveSettings({ memoryMb: LIMITS.memoryMb.min - 1 }, { ...DEFAULT_SESSION, minMemoryMb: { gvisor: 1 } })).toThrow(invalid('memoryMb'));
+  });
+
+  it('refuses a backend name outside BACKENDS', () => {
+    expect(() => resolveSettings({ backend: 'firecracker' as BackendName }, DEFAULT_SESSION)).toThrow(invalid('backend'));
+  });
+
+  it('comes from the driver: composeEngine passes each wired driver\'s capabilities.minMemoryMb', async () => {
+    const t = await createTestEngine({ driver: { name: 'qemu', capabilities: { minMemoryMb: 200 } } });
+    try {
+      await expect(t.engine.createSession(t.root, { backend: 'qemu', memoryMb: 199 })).rejects.toMatchObject({
+        code: 'invalid_argument',
+        details: { field: 'memoryMb', min: 200 },
+      });
+      const { session } = await t.engine.createSession(t.root, { backend: 'qemu', memoryMb: 200 });
+      expect(session.settings.memoryMb).toBe(200);
+    } finally {
+      await t.close();
     }
   });
 });

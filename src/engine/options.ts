@@ -1,5 +1,5 @@
 import { availableParallelism } from 'node:os';
-import { ConfigError, InvalidArgumentError, type BackendName, type SessionSettings } from '../core/index.js';
+import { BACKENDS, ConfigError, InvalidArgumentError, isBackendName, type BackendName, type SessionSettings } from '../core/index.js';
 import type { CreateSessionInput } from './api.js';
 
 /** Defaults for new sessions. Every value documents its unit. */
@@ -11,6 +11,12 @@ export interface SessionDefaults {
   /** seconds; 0 = never hibernate by itself. Default 0. */
   idleTimeoutS: number;
   backend: BackendName;
+  /**
+   * Smallest memoryMb per backend, MiB: each driver's capabilities.minMemoryMb, which composeEngine fills in
+   * from the drivers it wires (a property of the backend, not an operator setting). A backend left out has
+   * LIMITS.memoryMb.min, the floor of every backend.
+   */
+  minMemoryMb?: Readonly<Partial<Record<BackendName, number>>>;
 }
 
 export const DEFAULT_SESSION: Readonly<SessionDefaults> = Object.freeze({ memoryMb: 512, cpus: 1, idleTimeoutS: 0, backend: 'gvisor' });
@@ -40,9 +46,8 @@ export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): 
     if (typeof v !== 'string') throw new InvalidArgumentError(`env.${k}: must be a string`, { details: { field: `env.${k}` } });
   }
   const backend = input.backend ?? d.backend;
-  if (backend !== 'gvisor' && backend !== 'qemu') throw new InvalidArgumentError('backend: must be "gvisor" or "qemu"', { details: { field: 'backend' } });
-  // A guest kernel needs more room than gVisor's sentry: below 128 MiB Debian's kernel panics at boot.
-  const memMin = backend === 'qemu' ? 128 : LIMITS.memoryMb.min;
+  if (!isBackendName(backend)) throw new InvalidArgumentError(`backend: must be ${BACKENDS.map((b) => JSON.stringify(b)).join(' or ')}`, { details: { field: 'backend' } });
+  const memMin = Math.max(LIMITS.memoryMb.min, d.minMemoryMb?.[backend] ?? 0);
   return {
     backend,
     settings: {

@@ -17,6 +17,7 @@ import {
   InvalidArgumentError,
   NotFoundError,
   isAppError,
+  type BackendName,
   type CallOptions,
   type ExecEvent,
   type ExecHandle,
@@ -39,7 +40,7 @@ export interface BuildTemplateInput {
   name: string;
   recipe: TemplateRecipe;
   /** Only without recipe.from (a derived template takes its parent's). */
-  backend?: 'gvisor' | 'qemu';
+  backend?: BackendName;
   memoryMb?: number;
   cpus?: number;
   /** Root only: the tenant that will own the template. */

@@ -4,6 +4,7 @@
  * field is an error, never silently dropped. Query schemas ignore unknown parameters.
  */
 import * as z from 'zod';
+import { BACKENDS } from '../core/sandbox.js';
 import { SESSION_STATES } from '../core/state.js';
 import type * as T from './types.js';
 
@@ -71,7 +72,7 @@ export const MetadataRecord = z
     error: `must have at most ${LIMITS.metadataEntries} entries`,
   });
 
-export const BackendSchema = z.enum(['gvisor', 'qemu']);
+export const BackendSchema = z.enum(BACKENDS);
 export const SessionStateSchema = z.enum(SESSION_STATES);
 
 const Name = z

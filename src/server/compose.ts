@@ -3,10 +3,8 @@ import { totalmem } from 'node:os';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { sha256Hex, systemClock, type AuditLog, type BackendName, type Clock, type SandboxDriver, type SnapshotStore, type Store } from '../core/index.js';
-import { GvisorDriver } from '../drivers/gvisor/driver.js';
-import { QemuDriver } from '../drivers/qemu/driver.js';
-import { ensureRootfs, rootfsImagePath } from '../drivers/image/rootfs.js';
+import { BACKENDS, sha256Hex, systemClock, type AuditLog, type BackendName, type Clock, type SandboxDriver, type SnapshotStore, type Store } from '../core/index.js';
+import { DRIVERS, backendList } from '../drivers/registry.js';
 import { SessionManager, type SessionManagerOptions } from '../engine/manager.js';
 import { recover, type RecoveryReport } from '../engine/recovery.js';
 import { resolveIdleSweepMs } from '../engine/options.js';
@@ -46,8 +44,11 @@ export interface BerthOptions {
   database?: string;
   /** Where built images are cached. Default `<dataDir>/images`. */
   imageCacheDir?: string;
-  /** Backends to start. Default ['gvisor', 'qemu'] (a backend that cannot start is reported, not fatal). */
-  backends?: BackendName[];
+  /**
+   * Backends to start. Default: every one of BACKENDS (a backend that cannot start is reported, not fatal;
+   * an unknown name is a ConfigError).
+   */
+  backends?: readonly BackendName[];
   /** How often idle sessions are checked, ms. Default 1000; 0 disables the timer. */
   idleSweepMs?: number;
   clock?: Clock;
@@ -93,6 +94,7 @@ async function rootKey(dataDir: string): Promise<string> {
 
 /** Builds the whole server side from options: store, snapshot store, drivers, engine; then recovers. */
 export async function createBerth(opts: BerthOptions): Promise<Berth> {
+  const backends = backendList(opts.backends ?? BACKENDS);
   const dataDir = resolve(opts.dataDir);
   const log = opts.log ?? (() => undefined);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
@@ -109,19 +111,12 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   const drivers: Partial<Record<BackendName, SandboxDriver>> = {};
   const unavailable: Partial<Record<BackendName, string>> = {};
   const progress = opts.progress;
-  for (const b of opts.backends ?? (['gvisor', 'qemu'] as const)) {
-    progress?.set(b, b === 'gvisor' ? 'preparing the gVisor backend (the first start builds the base image, about a minute)' : 'preparing the QEMU backend');
+  for (const b of backends) {
+    progress?.set(b, DRIVERS[b].preparing);
     try {
-      if (b === 'gvisor') {
-        const rootfs = await ensureRootfs({ cacheDir, log: (l) => (log(l), progress?.line(l)), progress: progress && ((l) => progress.line(l)) });
-        const d = new GvisorDriver({ stateDir: join(dataDir, 'gvisor'), rootfs, rootfsImage: rootfsImagePath(rootfs), agentPath, log });
-        await d.probe();
-        drivers.gvisor = d;
-      } else {
-        const d = new QemuDriver({ stateDir: join(dataDir, 'qemu'), cacheDir, agentPath, log });
-        await d.probe();
-        drivers.qemu = d;
-      }
+      const d = await DRIVERS[b].create({ stateDir: join(dataDir, b), cacheDir, agentPath, log, progress: progress && ((l) => progress.line(l)) });
+      await d.probe();
+      drivers[b] = d;
     } catch (e) {
       unavailable[b] = (e as Error).message;
       log(`backend ${b} unavailable: ${(e as Error).message}`);
@@ -133,6 +128,16 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
     dataDir, store, snapshots, drivers, unavailable, rootKey: key, clock, defaults: opts.defaults, idleSweepMs: opts.idleSweepMs, log,
     auditKeyPath: opts.auditKeyPath, acceptAuditRollback: opts.acceptAuditRollback,
   });
+}
+
+/** Each wired backend's memory floor, its driver's capability: session options are checked without a driver at hand. */
+function memoryFloors(drivers: Partial<Record<BackendName, SandboxDriver>>): Partial<Record<BackendName, number>> {
+  const out: Partial<Record<BackendName, number>> = {};
+  for (const b of BACKENDS) {
+    const d = drivers[b];
+    if (d) out[b] = d.capabilities.minMemoryMb;
+  }
+  return out;
 }
 
 /** A store of either kind with its audit log (SqliteStore, PostgresStore). */
@@ -192,7 +197,7 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
     unavailable: parts.unavailable,
     rootKeyHash: sha256Hex(parts.rootKey),
     clock,
-    defaults: parts.defaults,
+    defaults: { ...parts.defaults, minMemoryMb: memoryFloors(drivers) },
     quotaDefaults: machineQuotas(parts.dataDir),
     log,
     terminalRecordDir: join(parts.dataDir, 'terminals'),

@@ -96,6 +96,8 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
       expect((await run(d, s.sandboxId, ['hostname'])).stdout.trim()).toBe(s.identity.hostname);
       expect((await run(d, s.sandboxId, ['cat', '/etc/machine-id'])).stdout.trim()).toBe(s.identity.machineId);
       expect((await run(d, s.sandboxId, ['/no/such/binary'])).code).toBe(127);
+      // The same refusal from every backend (gVisor used to say invalid_state, QEMU invalid_argument).
+      await expect(d.exec(s.sandboxId, { argv: [] })).rejects.toMatchObject({ code: 'invalid_argument' });
     }, T);
 
     it('passes stdin through, enforces timeouts, and lets background processes outlive exec', async () => {
@@ -186,8 +188,11 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
       }
       const img = join(images, `img-${Date.now()}`);
       await (await import('node:fs/promises')).mkdir(img);
+      expect(await d.imageComplete(img)).toBe(false);
+      expect(await d.imageComplete(join(images, 'no-such-image'))).toBe(false);
       const res = await d.checkpoint(s.sandboxId, img);
       expect(res.bytes).toBeGreaterThan(0);
+      expect(await d.imageComplete(img)).toBe(true);
       await expect(run(d, s.sandboxId, ['true'])).rejects.toBeTruthy();
 
       const b1 = specFor('b1', { identity: { hostname: 'branch-one', machineId: newMachineId(), generation: 2, reason: 'fork' } });

@@ -9,14 +9,6 @@ import {
   type CallOptions,
   type CheckpointResult,
   type DriverCapabilities,
-  type ExecHandle,
-  type ExecRequest,
-  type FileEntry,
-  type FileStat,
-  type ProcessInfo,
-  type ProcessOutputEvent,
-  type ProcessOutputOptions,
-  type WatchEvent,
   type SandboxDriver,
   type SandboxSpec,
   type SandboxStats,
@@ -27,7 +19,7 @@ import {
   NoSpaceError,
 } from '../../core/index.js';
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
-import { TcpListenerRegistry } from '../agent/sockets.js';
+import { AgentBackedDriver } from '../agent/agent-driver.js';
 import { cgroupPids, freeze, freezerState, oomKilled, readStats, removeCgroups, thaw } from './cgroup.js';
 import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { ensureRoom, pausedDeath, runningFromStateFile } from './host-checks.js';
@@ -88,7 +80,8 @@ async function readMarker(file: string): Promise<SnapshotMarker | undefined> {
   }
 }
 
-/** Written beside a checkpoint image: what a restore must reproduce exactly. */
+/** Written beside a checkpoint image, last: what a restore must reproduce exactly. */
+const MANIFEST = 'berth-image.json';
 interface ImageManifest extends SandboxPaths {
   version: 1;
   backend: 'gvisor';
@@ -99,7 +92,7 @@ interface ImageManifest extends SandboxPaths {
  * reached over two host FIFOs donated as its stdin/stdout, so a command costs one fork+exec inside the
  * sandbox instead of a `runsc exec`. Pause freezes the sandbox's cgroup directly.
  */
-export class GvisorDriver implements SandboxDriver {
+export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
   readonly name = 'gvisor' as const;
   readonly capabilities: DriverCapabilities = Object.freeze({
     fork: true,
@@ -109,6 +102,7 @@ export class GvisorDriver implements SandboxDriver {
     isolation: 'user-space-kernel' as const,
     processRingBytes: RING_BYTES,
     maxProcesses: MAX_PROCESSES,
+    minMemoryMb: 64,
   });
 
   private readonly runsc: Runsc;
@@ -118,9 +112,9 @@ export class GvisorDriver implements SandboxDriver {
   /** Removals of checkpointed sandboxes still running in the background, by sandbox id. */
   private readonly cleanups = new Map<string, Promise<void>>();
   private pausedWatch: NodeJS.Timeout | undefined;
-  private readonly tcp = new TcpListenerRegistry();
 
   constructor(private readonly opts: GvisorDriverOptions) {
+    super();
     this.runsc = new Runsc({
       binary: opts.runscPath ?? 'runsc',
       root: join(opts.stateDir, 'runsc'),
@@ -163,6 +157,10 @@ export class GvisorDriver implements SandboxDriver {
     const manifest = await readManifest(imageDir);
     const { version: _v, backend: _b, ...paths } = manifest;
     await this.start(spec, paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${imageDir}`], opts);
+  }
+
+  async imageComplete(imageDir: string): Promise<boolean> {
+    return readManifest(imageDir).then(() => true, () => false);
   }
 
   /** Shared by create and restore: bundle, FIFOs, `runsc run|restore`, agent handshake, identity. */
@@ -314,7 +312,7 @@ export class GvisorDriver implements SandboxDriver {
       if (!existsSync(join(m.imageDir, 'checkpoint.img'))) return false;
       this.opts.log?.(`restoring sandbox ${id} from the snapshot the server was taking when it stopped`);
       const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...m.paths };
-      await writeFile(join(m.imageDir, 'berth-image.json'), JSON.stringify(manifest));
+      await writeFile(join(m.imageDir, MANIFEST), JSON.stringify(manifest));
       await this.destroy(id);
       await this.start(spec, m.paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${m.imageDir}`], opts);
       return true;
@@ -415,7 +413,7 @@ export class GvisorDriver implements SandboxDriver {
       throw e;
     }
     const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...paths };
-    await writeFile(join(imageDir, 'berth-image.json'), JSON.stringify(manifest));
+    await writeFile(join(imageDir, MANIFEST), JSON.stringify(manifest));
     this.live.delete(sandboxId);
     entry.channel.close();
     if (opts.leaveRunning) {
@@ -525,59 +523,11 @@ export class GvisorDriver implements SandboxDriver {
     this.live.clear();
   }
 
-  // ---- commands and files: all through the agent -------------------------------------------------
+  // ---- commands and files: AgentBackedDriver, over this channel ----------------------------------
 
-  async exec(sandboxId: string, req: ExecRequest, opts: CallOptions = {}): Promise<ExecHandle> {
-    if (req.argv.length === 0) throw new InvalidStateError('argv is empty');
-    return this.channel(sandboxId).exec(req, opts);
-  }
-  async startProcess(sandboxId: string, execId: string, req: ExecRequest, opts: CallOptions = {}): Promise<{ pid: number }> {
-    return this.channel(sandboxId).startProcess(execId, req, opts);
-  }
-  async listProcesses(sandboxId: string, opts: CallOptions = {}): Promise<ProcessInfo[]> {
-    return this.channel(sandboxId).listProcesses(opts);
-  }
-  async processOutput(sandboxId: string, execId: string, opts: ProcessOutputOptions = {}): Promise<AsyncIterable<ProcessOutputEvent>> {
-    return this.channel(sandboxId).processOutput(execId, opts);
-  }
-  async killProcess(sandboxId: string, execId: string, opts: CallOptions & { signalNumber?: number } = {}): Promise<boolean> {
-    return this.channel(sandboxId).killProcess(execId, opts);
-  }
-  readonly openTcp: SandboxDriver['openTcp'] = async (id, port, opts) => this.channel(id).sockets.openTcp(port, opts);
-  readonly listenTcp: SandboxDriver['listenTcp'] = async (id, port, onConn, opts) => this.tcp.listen(id, async () => this.channel(id).sockets, port, onConn, opts);
-  readonly openTerminal: SandboxDriver['openTerminal'] = async (id, termId, req, opts) => this.channel(id).terminals.open(termId, req, opts);
-  readonly listTerminals: SandboxDriver['listTerminals'] = async (id, opts) => this.channel(id).terminals.list(opts);
-  readonly writeTerminal: SandboxDriver['writeTerminal'] = async (id, termId, data, opts) => this.channel(id).terminals.write(termId, data, opts);
-  readonly resizeTerminal: SandboxDriver['resizeTerminal'] = async (id, termId, size, opts) => this.channel(id).terminals.resize(termId, size, opts);
-  async watchFiles(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<AsyncIterable<WatchEvent>> {
-    return this.channel(sandboxId).watch(path, opts);
-  }
-  async rename(sandboxId: string, from: string, to: string, opts: CallOptions = {}): Promise<void> {
-    return this.channel(sandboxId).rename(from, to, opts);
-  }
-  async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
-    const ch = this.channel(sandboxId);
-    // stat first so a missing file fails the call itself rather than the first chunk of a response.
-    await ch.stat(path, opts);
-    return ch.readFile(path, opts);
-  }
-  async writeFile(sandboxId: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
-    return this.channel(sandboxId).writeFile(path, data, opts);
-  }
-  async listFiles(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileEntry[]> {
-    return this.channel(sandboxId).list(path, opts);
-  }
-  async stat(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileStat> {
-    return this.channel(sandboxId).stat(path, opts);
-  }
-  async realpath(sandboxId: string, path: string, opts: CallOptions = {}): Promise<string> {
-    return this.channel(sandboxId).realpath(path, opts);
-  }
-  async mkdir(sandboxId: string, path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<void> {
-    return this.channel(sandboxId).mkdir(path, opts);
-  }
-  async remove(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
-    return this.channel(sandboxId).remove(path, opts);
+  // No commandEnv: the agent (PID 1) has the spec's environment from the OCI spec and passes it on itself.
+  protected override async agentChannel(sandboxId: string): Promise<AgentChannel> {
+    return this.channel(sandboxId);
   }
 }
 
@@ -589,7 +539,7 @@ const PAUSED_WATCH_MS = 1000;
 
 async function readManifest(imageDir: string): Promise<ImageManifest> {
   try {
-    const m = JSON.parse(await readFile(join(imageDir, 'berth-image.json'), 'utf8')) as ImageManifest;
+    const m = JSON.parse(await readFile(join(imageDir, MANIFEST), 'utf8')) as ImageManifest;
     if (m.backend !== 'gvisor') throw new InvalidStateError(`image in ${imageDir} was made by the ${m.backend} backend`);
     return m;
   } catch (e) {

@@ -68,7 +68,7 @@ export type MemoryDriverOp = (typeof MEMORY_DRIVER_OPS)[number];
 export interface MemoryDriverOptions {
   /** The backend name the driver answers to; the engine keys its drivers by it. Default 'gvisor'. */
   name?: BackendName;
-  /** Capabilities over the defaults (fork, snapshotWhileRunning: true; liveMemory: false). */
+  /** Capabilities over the defaults (fork, snapshotWhileRunning: true; liveMemory: false; minMemoryMb: 64). */
   capabilities?: Partial<DriverCapabilities>;
   /** Milliseconds since the epoch, for file times. Default Date.now. */
   now?: () => number;
@@ -152,6 +152,7 @@ export class MemoryDriver implements SandboxDriver {
       userland: 'builtin' as const,
       processRingBytes: RING_BYTES,
       maxProcesses: MAX_PROCESSES,
+      minMemoryMb: 64,
       ...o.capabilities,
     });
     this.now = o.now ?? Date.now;
@@ -248,6 +249,7 @@ export class MemoryDriver implements SandboxDriver {
 
   async exec(sandboxId: string, req: ExecRequest, opts?: CallOptions): Promise<ExecHandle> {
     this.fault('exec', opts);
+    if (req.argv.length === 0) throw new InvalidArgumentError('argv must be a non-empty array of strings', { details: { argv: req.argv } });
     const box = this.box(sandboxId);
     const h = new MemoryExec({ stdin: !!req.stdin, timeoutMs: req.timeoutMs });
     box.execs.add(h);
@@ -516,6 +518,15 @@ export class MemoryDriver implements SandboxDriver {
       this.boxes.delete(sandboxId);
     }
     return { bytes: bytes.byteLength };
+  }
+
+  /** The manifest is written last, after the image file: it marks a whole image. */
+  async imageComplete(imageDir: string): Promise<boolean> {
+    try {
+      return (JSON.parse(await readFile(join(imageDir, MANIFEST_FILE), 'utf8')) as { backend?: unknown }).backend === 'memory';
+    } catch {
+      return false;
+    }
   }
 
   async restore(spec: SandboxSpec, imageDir: string, opts?: CallOptions): Promise<void> {

@@ -9,10 +9,6 @@ import {
   type CallOptions,
   type CheckpointResult,
   type DriverCapabilities,
-  type ExecHandle,
-  type ExecRequest,
-  type FileEntry,
-  type FileStat,
   type SandboxDriver,
   type SandboxSpec,
   type SandboxStats,
@@ -24,7 +20,7 @@ import {
   UnavailableError,
 } from '../../core/index.js';
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
-import { TcpListenerRegistry } from '../agent/sockets.js';
+import { AgentBackedDriver } from '../agent/agent-driver.js';
 import { type GuestImage, type GuestRecipe, ensureGuestImage, withAgent } from '../image/guest.js';
 import {
   QEMU_BINARY,
@@ -125,7 +121,7 @@ const STATE_FILE = 'sandbox.json';
  * never grow with hibernate/wake cycles. The cost is a copy proportional to what the session wrote (the
  * qemu-img backing-chain alternative avoids the copy but ties every branch to its snapshot's file).
  */
-export class QemuDriver implements SandboxDriver {
+export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
   readonly name = 'qemu' as const;
   readonly capabilities: DriverCapabilities = Object.freeze({
     fork: true,
@@ -133,11 +129,13 @@ export class QemuDriver implements SandboxDriver {
     snapshotWhileRunning: true,
     userland: 'full' as const,
     isolation: 'hypervisor' as const,
-    processRingBytes: RING_BYTES, maxProcesses: MAX_PROCESSES,
+    processRingBytes: RING_BYTES,
+    maxProcesses: MAX_PROCESSES,
+    // A guest kernel needs more room than gVisor's sentry: below 128 MiB Debian's kernel panics at boot.
+    minMemoryMb: 128,
   });
 
   private readonly live = new Map<string, Live>();
-  private readonly tcp = new TcpListenerRegistry();
   private readonly exitListeners: Array<(id: string, reason: string) => void> = [];
   private readonly agentPath: string;
   private readonly bootTimeoutMs: number;
@@ -148,6 +146,7 @@ export class QemuDriver implements SandboxDriver {
   private readonly commits: ImageCommits;
 
   constructor(private readonly opts: QemuDriverOptions) {
+    super();
     if (!opts.stateDir || !opts.cacheDir) throw new InvalidArgumentError('QemuDriver needs stateDir and cacheDir');
     this.agentPath = opts.agentPath ?? defaultAgentPath();
     this.bootTimeoutMs = opts.bootTimeoutMs ?? 60_000;
@@ -193,13 +192,6 @@ export class QemuDriver implements SandboxDriver {
     const l = this.get(sandboxId);
     if (!l.channel) throw new InvalidStateError(`sandbox ${sandboxId} is paused`);
     return l.channel;
-  }
-
-  /** The channel for a caller's command or file operation: after any clock resync, so it sees the right time. */
-  private async settledChannel(sandboxId: string): Promise<AgentChannel> {
-    const l = this.get(sandboxId);
-    if (l.clockSync) await l.clockSync;
-    return this.channel(sandboxId);
   }
 
   // ---- lifecycle -------------------------------------------------------------------------------
@@ -249,6 +241,11 @@ export class QemuDriver implements SandboxDriver {
       await this.destroy(spec.sandboxId).catch(() => undefined);
       throw e;
     }
+  }
+
+  /** An image this process wrote counts once its files are complete (as restore() takes it), before its commit is durable. */
+  async imageComplete(imageDir: string): Promise<boolean> {
+    return this.commits.pending(imageDir) !== undefined || (await readManifest(imageDir).then(() => true, () => false));
   }
 
   /**
@@ -542,45 +539,17 @@ export class QemuDriver implements SandboxDriver {
     this.live.clear();
   }
 
-  // ---- commands and files: all through the agent -------------------------------------------------
+  // ---- commands and files: AgentBackedDriver, over this channel ----------------------------------
 
-  async exec(sandboxId: string, req: ExecRequest, opts: CallOptions = {}): Promise<ExecHandle> {
-    const live = this.get(sandboxId);
-    return (await this.settledChannel(sandboxId)).exec({ ...req, env: { ...live.spec.env, ...req.env } }, opts);
-  }
-  readonly startProcess: SandboxDriver['startProcess'] = async (id, execId, req, opts) => (await this.settledChannel(id)).startProcess(execId, { ...req, env: { ...this.get(id).spec.env, ...req.env } }, opts);
-  readonly listProcesses: SandboxDriver['listProcesses'] = async (id, opts) => (await this.settledChannel(id)).listProcesses(opts);
-  readonly processOutput: SandboxDriver['processOutput'] = async (id, execId, opts) => (await this.settledChannel(id)).processOutput(execId, opts);
-  readonly killProcess: SandboxDriver['killProcess'] = async (id, execId, opts) => (await this.settledChannel(id)).killProcess(execId, opts);
-  readonly openTcp: SandboxDriver['openTcp'] = async (id, port, opts) => (await this.settledChannel(id)).sockets.openTcp(port, opts);
-  readonly listenTcp: SandboxDriver['listenTcp'] = async (id, port, onConn, opts) => this.tcp.listen(id, async () => (await this.settledChannel(id)).sockets, port, onConn, opts);
-  readonly openTerminal: SandboxDriver['openTerminal'] = async (id, termId, req, opts) => (await this.settledChannel(id)).terminals.open(termId, { ...req, env: { ...this.get(id).spec.env, ...req.env } }, opts);
-  readonly listTerminals: SandboxDriver['listTerminals'] = async (id, opts) => (await this.settledChannel(id)).terminals.list(opts);
-  readonly writeTerminal: SandboxDriver['writeTerminal'] = async (id, termId, data, opts) => (await this.settledChannel(id)).terminals.write(termId, data, opts);
-  readonly resizeTerminal: SandboxDriver['resizeTerminal'] = async (id, termId, size, opts) => (await this.settledChannel(id)).terminals.resize(termId, size, opts);
-  readonly watchFiles: SandboxDriver['watchFiles'] = async (id, path, opts) => (await this.settledChannel(id)).watch(path, opts);
-  readonly rename: SandboxDriver['rename'] = async (id, from, to, opts) => (await this.settledChannel(id)).rename(from, to, opts);
-  async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
-    return (await this.settledChannel(sandboxId)).readFile(path, opts);
-  }
-  async writeFile(sandboxId: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
-    return (await this.settledChannel(sandboxId)).writeFile(path, data, opts);
-  }
-  async listFiles(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileEntry[]> {
-    return (await this.settledChannel(sandboxId)).list(path, opts);
-  }
-  async stat(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileStat> {
-    return (await this.settledChannel(sandboxId)).stat(path, opts);
-  }
-  async realpath(sandboxId: string, path: string, opts: CallOptions = {}): Promise<string> {
-    return (await this.settledChannel(sandboxId)).realpath(path, opts);
-  }
-  async mkdir(sandboxId: string, path: string, opts: CallOptions & { parents?: boolean } = {}): Promise<void> {
-    return (await this.settledChannel(sandboxId)).mkdir(path, opts);
-  }
-  async remove(sandboxId: string, path: string, opts: CallOptions & { recursive?: boolean } = {}): Promise<void> {
-    return (await this.settledChannel(sandboxId)).remove(path, opts);
+  /** After any clock resync, so a caller's command or file operation sees the right time. */
+  protected override async agentChannel(sandboxId: string): Promise<AgentChannel> {
+    const l = this.get(sandboxId);
+    if (l.clockSync) await l.clockSync;
+    return this.channel(sandboxId);
   }
 
-  // ---- internals ---------------------------------------------------------------------------------
+  /** The agent is started by the guest's init, not with the spec: the sandbox's environment goes with each command. */
+  protected override commandEnv(sandboxId: string): Record<string, string> {
+    return this.get(sandboxId).spec.env;
+  }
 }
