@@ -39,3 +39,9 @@ export function assertTransition(from: SessionState, to: SessionState): void {
 
 /** States in which a sandbox process exists and holds host resources. */
 export const LIVE_STATES: readonly SessionState[] = ['running', 'paused'];
+/** States of a session on its way into or out of hibernation: a call that needs the machine wakes it first. */
+export const ASLEEP_STATES: readonly SessionState[] = ['hibernating', 'hibernated', 'waking'];
+/** States a session list shows unless told otherwise: every one but terminated. */
+export const LISTED_STATES: readonly SessionState[] = SESSION_STATES.filter((s) => s !== 'terminated');
+/** States a restart must settle (engine/recovery.ts): a machine may exist, or a step was under way. */
+export const UNSETTLED_STATES: readonly SessionState[] = ['creating', 'running', 'paused', 'hibernating', 'waking'];

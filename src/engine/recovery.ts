@@ -1,8 +1,7 @@
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { BackendName, SandboxDriver, SnapshotStore, Store } from '../core/index.js';
+import { LIVE_STATES, UNSETTLED_STATES, type BackendName, type SandboxDriver, type SnapshotStore, type Store } from '../core/index.js';
 import type { SessionManager } from './manager.js';
+import { settleHibernation } from './hibernation.js';
 import { mapLimit } from './lock.js';
 
 /** Sessions recovered at once (each is mostly waiting: a FIFO handshake, a cgroup write). */
@@ -35,7 +34,7 @@ export async function recover(deps: {
   const { manager, store } = deps;
   const t0 = Date.now();
   const report: RecoveryReport = { adopted: [], failed: [], orphansRemoved: [], snapshotDirsRemoved: [], elapsedMs: 0 };
-  const open = await store.sessions.list({ states: ['creating', 'running', 'paused', 'hibernating', 'waking'] });
+  const open = await store.sessions.list({ states: UNSETTLED_STATES });
   // Bounded parallel: a restart with dozens of sessions waits for the slowest few, not the sum of all.
   await mapLimit(open, RECOVERY_CONCURRENCY, (rec) => settle(rec.id, () => manager.withRecord(rec.id, async (r, t) => {
       const d = t.driver;
@@ -70,37 +69,14 @@ export async function recover(deps: {
             report.failed.push(r.id);
           }
           return;
-        case 'hibernating': {
-          const snap = r.hibernationSnapshotId;
-          const complete = snap !== null && imageComplete(deps.snapshots, snap);
-          if (alive) {
-            await t.transition('running', { hibernationSnapshotId: null });
-            if (snap) await deps.snapshots.delete(snap);
-            report.adopted.push(r.id);
-          } else if (complete && snap) {
-            if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
-            if (!(await store.snapshots.get(snap))) {
-              await store.snapshots.insert({
-                id: snap, tenantId: r.tenantId, sessionId: r.id, kind: 'hibernation', name: null, backend: r.backend,
-                settings: r.settings, sizeBytes: await deps.snapshots.sizeBytes(snap), createdAt: Date.now(),
-              });
-            }
-            await t.transition('hibernated', { sandboxId: null });
-          } else {
-            await t.transition('failed', { failureReason: 'the server stopped during hibernation and no image was completed', sandboxId: null });
-            report.failed.push(r.id);
-          }
+        case 'hibernating':
+        case 'waking': {
+          // Finished or rolled back by hibernation's own rules (engine/hibernation.ts).
+          const settled = await settleHibernation(r, { ...t, driver: d }, !!alive, deps);
+          if (settled === 'adopted') report.adopted.push(r.id);
+          else if (settled === 'failed') report.failed.push(r.id);
           return;
         }
-        case 'waking':
-          if (alive) {
-            await t.transition('running', {});
-            report.adopted.push(r.id);
-          } else {
-            if (sandboxId) await d.destroy(sandboxId).catch(() => undefined);
-            await t.transition('hibernated', { sandboxId: null });
-          }
-          return;
         default:
           return;
       }
@@ -135,7 +111,7 @@ export async function recover(deps: {
   }
 
   // Orphans: sandboxes no live record points at (e.g. the server died between runsc and the store).
-  const owned = new Set((await store.sessions.list({ states: ['running', 'paused'] })).map((r) => r.sandboxId));
+  const owned = new Set((await store.sessions.list({ states: LIVE_STATES })).map((r) => r.sandboxId));
   for (const d of Object.values(deps.drivers)) {
     if (!d) continue;
     for (const id of await d.list().catch(() => [] as string[])) {
@@ -157,12 +133,4 @@ export async function recover(deps: {
   }
   report.elapsedMs = Date.now() - t0;
   return report;
-}
-
-function imageComplete(snapshots: SnapshotStore, id: string): boolean {
-  try {
-    return existsSync(join(snapshots.dir(id), 'berth-image.json'));
-  } catch {
-    return false; // the server stopped before the image directory was even made
-  }
 }
