@@ -45,3 +45,25 @@ export const ASLEEP_STATES: readonly SessionState[] = ['hibernating', 'hibernate
 export const LISTED_STATES: readonly SessionState[] = SESSION_STATES.filter((s) => s !== 'terminated');
 /** States a restart must settle (engine/recovery.ts): a machine may exist, or a step was under way. */
 export const UNSETTLED_STATES: readonly SessionState[] = ['creating', 'running', 'paused', 'hibernating', 'waking'];
+
+/**
+ * The lifecycle verbs: the states each accepts and the state it moves the session to first (through
+ * TRANSITIONS). The engine checks a verb here before it touches the machine, so a refusal names the verb
+ * and what it needs, the same for every caller.
+ */
+export const VERBS = {
+  pause: { from: ['running'], to: 'paused' },
+  resume: { from: ['paused'], to: 'running' },
+  hibernate: { from: ['running', 'paused'], to: 'hibernating' },
+  wake: { from: ['hibernated'], to: 'waking' },
+  snapshot: { from: ['running', 'paused'], to: null },
+  capture: { from: ['running'], to: null },
+} as const satisfies Record<string, { from: readonly SessionState[]; to: SessionState | null }>;
+export type Verb = keyof typeof VERBS;
+
+/** Throws invalid_state unless `verb` applies to a session in `state` (details: state, verb, accepts). */
+export function assertVerb(verb: Verb, id: string, state: SessionState, why?: string | null): void {
+  const accepts: readonly SessionState[] = VERBS[verb].from;
+  if (accepts.includes(state)) return;
+  throw new InvalidStateError(`session ${id} is ${state}${why ? ` (${why})` : ''}; ${verb} needs it ${accepts.join(' or ')}`, { details: { state, verb, accepts: [...accepts] } });
+}

@@ -3,11 +3,9 @@
  * on demand; the idle sweep that hibernates sessions by themselves; and recovery's half of it, finishing
  * or rolling back a hibernate or a wake the server stopped in.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import {
+  assertVerb,
   InvalidStateError,
-  assertTransition,
   newId,
   type CallOptions,
   type Principal,
@@ -44,7 +42,7 @@ export class Hibernation {
 
   async hibernateLocked(r: SessionRecord, opts: CallOptions, by?: Actor): Promise<void> {
     const k = this.k;
-    assertTransition(r.state, 'hibernating');
+    assertVerb('hibernate', r.id, r.state);
     const d = k.driver(r.backend);
     const sandboxId = r.sandboxId as string;
     const snapshotId = newId('snapshot');
@@ -84,9 +82,8 @@ export class Hibernation {
 
   async wakeLocked(r: SessionRecord, opts: CallOptions, by?: Actor): Promise<void> {
     const k = this.k;
-    if (r.state !== 'hibernated' || !r.hibernationSnapshotId) {
-      throw new InvalidStateError(`session ${r.id} is ${r.state}, not hibernated`, { details: { state: r.state } });
-    }
+    assertVerb('wake', r.id, r.state);
+    if (!r.hibernationSnapshotId) throw new InvalidStateError(`session ${r.id} is hibernated but has no image to wake from`, { details: { state: r.state } });
     // A hibernated session holds no memory; waking takes its memory back, within the tenant's quota.
     await k.checkQuota(r.tenantId, { memoryMb: r.settings.memoryMb });
     const d = k.driver(r.backend);
@@ -153,7 +150,7 @@ export async function settleHibernation(
   const sandboxId = r.sandboxId;
   if (r.state === 'hibernating') {
     const snap = r.hibernationSnapshotId;
-    const complete = snap !== null && imageComplete(deps.snapshots, snap);
+    const complete = snap !== null && (await imageComplete(d, deps.snapshots, snap));
     if (alive) {
       await t.transition('running', { hibernationSnapshotId: null });
       if (snap) await deps.snapshots.delete(snap);
@@ -183,10 +180,13 @@ export async function settleHibernation(
   return 'hibernated';
 }
 
-function imageComplete(snapshots: SnapshotStore, id: string): boolean {
+/** Whether the driver finished writing the image (each driver knows its own manifest). */
+async function imageComplete(d: SandboxDriver, snapshots: SnapshotStore, id: string): Promise<boolean> {
+  let dir: string;
   try {
-    return existsSync(join(snapshots.dir(id), 'berth-image.json'));
+    dir = snapshots.dir(id);
   } catch {
     return false; // the server stopped before the image directory was even made
   }
+  return d.imageComplete(dir);
 }

@@ -3,13 +3,13 @@
  * resume). A call that needs the machine finds it through live(), which wakes a hibernated session first.
  */
 import {
+  assertVerb,
   InvalidArgumentError,
   InvalidStateError,
   NotFoundError,
   ASLEEP_STATES,
   LISTED_STATES,
   LIVE_STATES,
-  assertTransition,
   newId,
   type CallOptions,
   type ExecEvent,
@@ -255,7 +255,7 @@ export class Machines {
 
   async pause(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
     return this.k.lifecycle(p, id, 'session.pause', async (r, by) => {
-      assertTransition(r.state, 'paused');
+      assertVerb('pause', id, r.state);
       await this.k.driver(r.backend).pause(r.sandboxId as string, opts);
       await this.k.transition(r, 'paused', {}, by);
     });
@@ -263,7 +263,7 @@ export class Machines {
 
   async resume(p: Principal, id: string, opts: CallOptions = {}): Promise<SessionInfo> {
     return this.k.lifecycle(p, id, 'session.resume', async (r, by) => {
-      if (r.state !== 'paused') throw new InvalidStateError(`session ${id} is ${r.state}, not paused`, { details: { state: r.state } });
+      assertVerb('resume', id, r.state);
       await this.k.driver(r.backend).resume(r.sandboxId as string, opts);
       await this.k.transition(r, 'running', {}, by);
     });

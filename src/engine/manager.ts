@@ -1,6 +1,7 @@
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  BACKENDS,
   SandboxError,
   newId,
   type AuditEntry,
@@ -312,7 +313,7 @@ export class SessionManager implements Engine {
 
   health(): { ok: boolean; backends: Record<string, { available: boolean; reason?: string }> } {
     const backends: Record<string, { available: boolean; reason?: string }> = {};
-    for (const b of ['gvisor', 'qemu'] as const) {
+    for (const b of BACKENDS) {
       backends[b] = this.o.drivers[b] ? { available: true } : { available: false, reason: this.o.unavailable?.[b] ?? 'not configured' };
     }
     return { ok: !this.closed, backends };

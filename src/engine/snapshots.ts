@@ -3,6 +3,7 @@
  * two steps engine/templates.ts builds on (capture a session into an image, start a session from one).
  */
 import {
+  assertVerb,
   InvalidArgumentError,
   InvalidStateError,
   UnavailableError,
@@ -37,7 +38,7 @@ export class Snapshots {
     let out!: SnapshotRecord;
     await k.lifecycle(p, id, 'session.snapshot', async (r) => {
       if (r.state === 'hibernated') await this.hib.wakeLocked(r, opts);
-      if (r.state !== 'running' && r.state !== 'paused') throw new InvalidStateError(`session ${id} is ${r.state}`, { details: { state: r.state } });
+      assertVerb('snapshot', id, r.state, r.failureReason);
       const d = k.driver(r.backend);
       // The size is known only once taken: refuse when the quota is already used up, and drop a snapshot
       // that took the tenant past it.

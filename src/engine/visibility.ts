@@ -2,11 +2,9 @@
  * Who may see what: the engine's one statement of visibility and tenant scope. Another tenant's objects,
  * and another session's under a token bound to one session, are not found (never forbidden: a caller must
  * not learn that an id exists); an agent or a watcher on an operator route is forbidden.
- *
- * engine/gate-context.ts still carries its own copy of these rules (visibleSession, visibleApproval,
- * tenantScope, requireOperator and the forbidden errors); it is to import them from here instead.
+ * The gate (gate-context.ts), terminals and templates use these same functions: there is no second copy.
  */
-import { AppError, NotFoundError, type Principal, type SessionRecord, type SnapshotRecord, type Store } from '../core/index.js';
+import { AppError, NotFoundError, type ApprovalRecord, type Principal, type SessionRecord, type SnapshotRecord, type Store } from '../core/index.js';
 import { DEFAULT_TENANT_ID } from './tenants.js';
 
 /** True for principals bound to one session (agents, watchers): `p.id` is that session. */
@@ -70,4 +68,19 @@ export async function tenantFor(store: Store, p: Principal, requested: string | 
   }
   if (requested !== undefined && requested !== p.tenantId) throw new NotFoundError('tenant', requested);
   return p.tenantId as string;
+}
+
+/** An approval as this principal may see it: its tenant's, and under a session-bound token its own session's. */
+export async function visibleApproval(store: Store, p: Principal, id: string): Promise<ApprovalRecord> {
+  const a = await store.approvals.get(id);
+  if (!a || !seesTenant(p, a.tenantId) || (boundToSession(p) && p.id !== a.sessionId)) throw new NotFoundError('approval', id);
+  return a;
+}
+
+/** The tenant a tenant-scoped operator call acts on. Root and the system name one (default: the default tenant, which must exist). */
+export async function tenantScope(store: Store, p: Principal, requested: string | undefined): Promise<string> {
+  requireOperator(p);
+  const t = await tenantFor(store, p, requested);
+  if (requested === undefined && (p.kind === 'root' || p.kind === 'system') && !(await store.tenants.get(t))) throw new NotFoundError('tenant', t);
+  return t;
 }
