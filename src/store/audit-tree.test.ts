@@ -75,6 +75,27 @@ describe('audit tree', () => {
     expect((await s.audit.tree.entry(5))?.text).toBe((await storedTexts(s))[4]?.toString());
   });
 
+  it('appends inside one store transaction get one head, signed at COMMIT; a savepoint that undid the last append is not signed', async () => {
+    const s = openStore();
+    await s.audit.append(input(1));
+    const before = await s.audit.tree.signedHead();
+    await s.transaction(async (tx) => {
+      await s.audit.append(input(2));
+      await s.audit.append(input(3));
+      expect(await s.audit.tree.signedHead()).toEqual(before); // not yet: once, at the end
+      await tx.transaction(async () => {
+        await s.audit.append(input(4));
+        throw new Error('inner');
+      }).catch(() => undefined);
+    });
+    const texts = await storedTexts(s);
+    expect(texts).toHaveLength(3);
+    const signed = await s.audit.tree.signedHead();
+    expect(signed).toMatchObject({ treeSize: 3, rootHash: mth(texts).toString('hex') });
+    expect(verifyHeadSignature(signer.publicKey, signed!)).toBe(true);
+    expect(await s.audit.tree.verify([], signer.publicKey)).toMatchObject({ ok: true, treeSize: 3, latestSigned: { ok: true, treeSize: 3 } });
+  });
+
   it('inclusion and consistency proofs for every index and size pass the independent verifier, and fail for another entry', async () => {
     const s = openStore();
     for (let i = 1; i <= 13; i++) await s.audit.append(input(i));

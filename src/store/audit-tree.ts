@@ -147,6 +147,8 @@ export class SqliteAuditTree implements AuditTree {
    * add (rows and leaves inserted by hand under a running server) are never covered by a signature.
    */
   #trusted = 0;
+  /** An append inside an outer transaction left the head unsigned: the timestamp to sign it with at COMMIT. */
+  #signAt: number | undefined;
 
   constructor(opts: SqliteAuditTreeOptions) {
     const db = (this.#db = opts.db);
@@ -289,15 +291,36 @@ export class SqliteAuditTree implements AuditTree {
    * Called by SqliteAuditLog inside the append transaction, after the row's INSERT: adds the leaf and, with
    * a signer, replaces the signed head, so both commit (or roll back) with the row.
    */
-  onAppend(parts: StoredEntryParts & { seq: number; ts: number }): void {
+  onAppend(parts: StoredEntryParts & { seq: number; ts: number }, opts: { inOuterTransaction?: boolean } = {}): void {
     if (!this.#add(entryLeafText(parts), parts.seq) || this.#signer === undefined) return;
-    const h = this.#signer.sign({ treeSize: this.#frontier.treeSize, rootHash: this.#frontier.root().toString('hex'), timestamp: parts.ts });
+    this.#trusted = this.#frontier.treeSize; // written by this process
+    // Inside a store transaction (a gated call's verdicts: five appends), one head is signed at its end.
+    if (opts.inOuterTransaction) {
+      this.#signAt = parts.ts;
+      return;
+    }
+    this.#sign(this.#frontier, parts.ts);
+  }
+
+  /** Called by the store just before its outermost COMMIT: signs the head its appends made, once. */
+  beforeCommit(): void {
+    const ts = this.#signAt;
+    this.#signAt = undefined;
+    if (ts === undefined || this.#signer === undefined) return;
+    const f = this.#load(); // a savepoint may have undone the last append since the frontier moved
+    this.#frontier = f;
+    if (f.treeSize > this.#trusted) return; // leaves this process did not write: left unsigned, as in #add
+    this.#sign(f, ts);
+  }
+
+  #sign(f: MerkleFrontier, timestamp: number): void {
+    const h = (this.#signer as HeadSigner).sign({ treeSize: f.treeSize, rootHash: f.root().toString('hex'), timestamp });
     this.#putHead.run(h.treeSize, h.rootHash, h.timestamp, h.keyId, h.signature);
-    this.#trusted = h.treeSize;
   }
 
   /** Called when the caller's transaction rolled back: the frontier is reloaded on the next append. */
   afterRollback(): void {
+    this.#signAt = undefined;
     this.#frontier = this.#load();
     this.#trusted = Math.min(this.#trusted, this.#frontier.treeSize);
   }

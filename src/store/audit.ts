@@ -228,7 +228,8 @@ export class SqliteAuditLog implements AuditLog {
       const nested = db.inTransaction;
       db.exec(nested ? 'SAVEPOINT berth_append' : 'BEGIN IMMEDIATE');
       try {
-        const entry = this.#appendInTx(p);
+        // Inside the store's transaction() the head is signed once, at its COMMIT (beforeCommit()).
+        const entry = this.#appendInTx(p, nested && this.#scope.current() !== undefined);
         db.exec(nested ? 'RELEASE berth_append' : 'COMMIT');
         return entry;
       } catch (e) {
@@ -284,7 +285,7 @@ export class SqliteAuditLog implements AuditLog {
     return entry;
   }
 
-  #appendInTx(p: PreparedInput): AuditEntry {
+  #appendInTx(p: PreparedInput, nested: boolean): AuditEntry {
     const head = this.head();
     const k = this.#known;
     const cut = head.seq < k.seq || (head.seq === k.seq ? head.hash !== k.hash : this.#hashOf(k.seq) !== k.hash);
@@ -304,7 +305,10 @@ export class SqliteAuditLog implements AuditLog {
     };
     const hash = hashEntry(body);
     this.#insert.run(body.seq, ts, p.tenantId, p.sessionId, p.principalJson, body.action, body.outcome, p.dataJson, body.prevHash, hash);
-    this.tree.onAppend({ seq: body.seq, ts, tenantId: p.tenantId, sessionId: p.sessionId, principalJson: p.principalJson, action: body.action, outcome: body.outcome, dataJson: p.dataJson, prevHash: body.prevHash, hash });
+    this.tree.onAppend(
+      { seq: body.seq, ts, tenantId: p.tenantId, sessionId: p.sessionId, principalJson: p.principalJson, action: body.action, outcome: body.outcome, dataJson: p.dataJson, prevHash: body.prevHash, hash },
+      { inOuterTransaction: nested },
+    );
     return { ...body, hash };
   }
 
@@ -372,6 +376,11 @@ export class SqliteAuditLog implements AuditLog {
       this.#committedHead = this.tree.committedHead();
     }
     if (durable) this.markDurable(this.durableMark());
+  }
+
+  /** Called by SqliteStore.transaction() just before its outermost COMMIT. */
+  beforeCommit(): void {
+    this.tree.beforeCommit();
   }
 
   /** What is committed now, in memory only (safe to call while a transaction is open). */

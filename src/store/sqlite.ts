@@ -376,6 +376,7 @@ export class SqliteStore implements Store {
         this.#db.exec('BEGIN IMMEDIATE');
         result = await this.#scope.within(frame, () => fn(this));
         frame.active = false;
+        this.audit.beforeCommit();
         this.#db.exec('COMMIT');
       } catch (e) {
         frame.active = false;
