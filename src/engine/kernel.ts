@@ -242,6 +242,23 @@ export class SessionKernel {
   }
 
   /** For recovery (engine/recovery.ts): a lock-held step on one record. */
+  /**
+   * Starts a new session's machine under its lock (`start`: the driver's create or restore). It ends
+   * running, or failed with the reason and its sandbox destroyed, and the error is rethrown.
+   */
+  async bringUp(r: SessionRecord, d: SandboxDriver, start: () => Promise<void>): Promise<void> {
+    await this.mutex.run(r.id, async () => {
+      try {
+        await start();
+        await this.transition(r, 'running');
+      } catch (e) {
+        await d.destroy(r.sandboxId as string).catch(() => undefined);
+        await this.transition(r, 'failed', { failureReason: `create failed: ${(e as Error).message}`, sandboxId: null });
+        throw e;
+      }
+    });
+  }
+
   async withRecord(id: string, fn: (r: SessionRecord, tools: RecordTools) => Promise<void>): Promise<void> {
     await this.mutex.run(id, async () => {
       const r = await this.o.store.sessions.get(id);

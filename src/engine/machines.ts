@@ -90,16 +90,7 @@ export class Machines {
     if (egressAllow || egressAllowCidr) {
       await k.gate.setGate(p, id, { ...(egressAllow ? { egressAllow } : {}), ...(egressAllowCidr ? { egressAllowCidr } : {}) });
     }
-    await k.mutex.run(id, async () => {
-      try {
-        await driver.create(k.spec(r, r.sandboxId as string, r.identity), opts);
-        await k.transition(r, 'running');
-      } catch (e) {
-        await driver.destroy(r.sandboxId as string).catch(() => undefined);
-        await k.transition(r, 'failed', { failureReason: `create failed: ${(e as Error).message}`, sandboxId: null });
-        throw e;
-      }
-    });
+    await k.bringUp(r, driver, () => driver.create(k.spec(r, r.sandboxId as string, r.identity), opts));
     return { session: await k.info(r), agentToken };
   }
 

@@ -166,16 +166,7 @@ export class Snapshots {
       await k.o.store.sessions.insert(r);
     });
     await k.audit(p, snap.tenantId, id, 'session.create', 'ok', { backend: snap.backend, fromSnapshot: snap.id, ...(snap.kind === 'template' ? { template: snap.name } : {}), objective: r.objective });
-    await k.mutex.run(id, async () => {
-      try {
-        await d.restore(k.spec(r, r.sandboxId as string, r.identity), k.o.snapshots.dir(snap.id), opts);
-        await k.transition(r, 'running');
-      } catch (e) {
-        await d.destroy(r.sandboxId as string).catch(() => undefined);
-        await k.transition(r, 'failed', { failureReason: `create failed: ${(e as Error).message}`, sandboxId: null });
-        throw e;
-      }
-    });
+    await k.bringUp(r, d, () => d.restore(k.spec(r, r.sandboxId as string, r.identity), k.o.snapshots.dir(snap.id), opts));
     return { session: await k.info(r), agentToken };
   }
 
