@@ -42,7 +42,8 @@ type Op = (typeof OPS)[number];
 const KILLS = ['pid-SIGKILL', 'group-SIGINT', 'group-SIGKILL'] as const;
 type Kill = (typeof KILLS)[number];
 
-const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done' >/dev/null 2>&1 < /dev/null &";
+// Written aside and renamed: a read between the truncate and the write of `echo $i > /tmp/n` saw "" (read as 0).
+const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.1; done' >/dev/null 2>&1 < /dev/null &";
 
 function parseArgs(argv: string[]): Options {
   const o: Options = { rounds: 20, sessions: 30, seed: Date.now() % 100_000, maxMinutes: 30, json: false };
@@ -157,10 +158,14 @@ async function check(berth: Berth, ledger: Ledger, dataDir: string): Promise<{ l
     }
     if (state !== 'running') continue;
     try {
+      // Thirty ptrace'd sandboxes forking `sleep` ten times a second on two cores: give it seconds, not 250 ms.
       const a = await counter(s);
-      await sleep(250);
-      const b = await counter(s);
-      if (!(b > a)) lost.push(`${id}: its counter process stopped (${a} → ${b})`);
+      let b = a;
+      for (const until = Date.now() + 10_000; !(b > a) && Date.now() < until; ) {
+        await sleep(250);
+        b = await counter(s);
+      }
+      if (!(b > a)) lost.push(`${id}: its counter process stopped (${a} → ${b} in 10 s)`);
       const f = ledger.files.get(id);
       if (f && sha(await s.files.readBytes(f.path)) !== f.sha) lost.push(`${id}: ${f.path} reads back different`);
     } catch (e) {
@@ -279,6 +284,22 @@ async function scrub(dataDir: string): Promise<void> {
   await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
 }
 
+/** Where a restart's time went, from the server's JSON log: recovery's own elapsedMs and what it did. */
+function startupTimeline(out: string): string {
+  const rec = /\{[^\n]*"msg":"recovered"[^\n]*/.exec(out)?.[0];
+  if (!rec) return 'no recovery line';
+  const n = (k: string) => new RegExp(`"${k}":(\\d+)`).exec(rec)?.[1];
+  const adopted = /"adopted":(\d+)/.exec(rec)?.[1];
+  const ts = (re: RegExp) => {
+    const line = re.exec(out)?.[0];
+    const t = line ? /"ts":"([^"]+)"/.exec(line)?.[1] : undefined;
+    return t ? Date.parse(t) : NaN;
+  };
+  const first = ts(/^\{"ts"[^\n]*/m);
+  const ready = ts(/\{[^\n]*"msg":"ready"[^\n]*/);
+  return `first log line to ready ${Math.round(ready - first)} ms, recovery ${n('elapsedMs') ?? '?'} ms for ${adopted ?? '?'} adopted`;
+}
+
 async function main(): Promise<void> {
   const o = parseArgs(process.argv.slice(2));
   const r = rng(o.seed);
@@ -321,7 +342,7 @@ async function main(): Promise<void> {
       const c = await check(berth, ledger, dataDir);
       res.lost = c.lost;
       res.orphans = c.orphans;
-      say(`round ${round}: ${op} killed by ${kill} after ${afterMs} ms; restart ${Math.round(res.restartMs)} ms (${ledger.sessions.size} sessions); lost ${c.lost.length}, orphans ${c.orphans.length}${[...c.lost, ...c.orphans].map((x) => `\n    ${x}`).join('')}`);
+      say(`round ${round}: ${op} killed by ${kill} after ${afterMs} ms; restart ${Math.round(res.restartMs)} ms (${ledger.sessions.size} sessions; ${startupTimeline(server.stdout())}); lost ${c.lost.length}, orphans ${c.orphans.length}${[...c.lost, ...c.orphans].map((x) => `\n    ${x}`).join('')}`);
       await adoptUnknown(berth, ledger);
       await fill(berth, ledger, o.sessions);
     }
