@@ -62,30 +62,56 @@ async function collect(src: AsyncIterable<Uint8Array>): Promise<Buffer> {
 const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
+/**
+ * What every conformance suite sets up, inside its describe(): the target's driver, a scratch folder for
+ * images, and the machines start() made, destroyed (with the target and the folder) when the suite ends.
+ */
+export function useConformanceTarget(name: string, prefix: string, make: () => Promise<ConformanceTarget>) {
+  let t: ConformanceTarget | undefined;
+  let images = '';
+  const made: string[] = [];
+  const fx = {
+    get driver(): SandboxDriver {
+      if (!t) throw new Error('the conformance target is not made yet (use it inside a test or a later beforeAll)');
+      return t.driver;
+    },
+    get images(): string {
+      return images;
+    },
+    async start(tag: string, over: Partial<SandboxSpec> = {}): Promise<SandboxSpec> {
+      const s = specFor(tag, over);
+      await fx.driver.create(s);
+      made.push(s.sandboxId);
+      return s;
+    },
+    /** A machine the test started itself (a restore): destroyed with the others. */
+    own(sandboxId: string): void {
+      made.push(sandboxId);
+    },
+  };
+  beforeAll(async () => {
+    t = await make();
+    images = await mkdtemp(join(tmpdir(), `berth-${prefix}-${name}-`));
+  }, 10 * 60_000);
+  afterAll(async () => {
+    for (const id of made) await t?.driver.destroy(id).catch(() => undefined);
+    await t?.cleanup();
+    if (images) await rm(images, { recursive: true, force: true });
+  }, 120_000);
+  return fx;
+}
+
 export function driverConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number } = {}): void {
   const T = opts.timeoutMs ?? 60_000;
   describe(`driver conformance: ${name}`, () => {
-    let t: ConformanceTarget;
+    const fx = useConformanceTarget(name, 'conf', make);
     let d: SandboxDriver;
     let images: string;
-    const made: string[] = [];
-    const start = async (tag: string) => {
-      const s = specFor(tag);
-      await d.create(s);
-      made.push(s.sandboxId);
-      return s;
-    };
-
-    beforeAll(async () => {
-      t = await make();
-      d = t.driver;
-      images = await mkdtemp(join(tmpdir(), `berth-conf-${name}-`));
-    }, 10 * 60_000);
-    afterAll(async () => {
-      for (const id of made) await d?.destroy(id).catch(() => undefined);
-      await t?.cleanup();
-      if (images) await rm(images, { recursive: true, force: true });
-    }, 120_000);
+    beforeAll(() => {
+      d = fx.driver;
+      images = fx.images;
+    });
+    const start = (tag: string) => fx.start(tag);
 
     it('creates a machine and runs commands with exit codes, stderr, env and cwd', async () => {
       const s = await start('exec');
@@ -198,9 +224,9 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
       const b1 = specFor('b1', { identity: { hostname: 'branch-one', machineId: newMachineId(), generation: 2, reason: 'fork' } });
       const b2 = specFor('b2', { identity: { hostname: 'branch-two', machineId: newMachineId(), generation: 2, reason: 'fork' } });
       await d.restore(b1, img);
-      made.push(b1.sandboxId);
+      fx.own(b1.sandboxId);
       await d.restore(b2, img);
-      made.push(b2.sandboxId);
+      fx.own(b2.sandboxId);
       for (const b of [b1, b2]) {
         if (memory) {
           const n1 = Number((await run(d, b.sandboxId, ['cat', '/tmp/n'])).stdout);

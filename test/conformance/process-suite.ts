@@ -4,12 +4,11 @@
  * sleep), so every case runs on every driver; `liveMemory` decides what a checkpoint must carry.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { ExecExit, ProcessOutputEvent, SandboxDriver, WatchEvent } from '../../src/core/index.js';
-import { specFor, type ConformanceTarget } from './driver-suite.js';
+import { specFor, useConformanceTarget, type ConformanceTarget } from './driver-suite.js';
 
 async function* once(b: Buffer): AsyncIterable<Uint8Array> {
   yield b;
@@ -37,27 +36,14 @@ export async function drain(src: AsyncIterable<ProcessOutputEvent>, from = { std
 export function processConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number } = {}): void {
   const T = opts.timeoutMs ?? 60_000;
   describe(`driver conformance (background processes, rename): ${name}`, () => {
-    let t: ConformanceTarget;
+    const fx = useConformanceTarget(name, 'proc', make);
     let d: SandboxDriver;
     let images: string;
-    const made: string[] = [];
-    const start = async (tag: string) => {
-      const s = specFor(tag);
-      await d.create(s);
-      made.push(s.sandboxId);
-      return s.sandboxId;
-    };
-
-    beforeAll(async () => {
-      t = await make();
-      d = t.driver;
-      images = await mkdtemp(join(tmpdir(), `berth-proc-${name}-`));
-    }, 10 * 60_000);
-    afterAll(async () => {
-      for (const id of made) await d?.destroy(id).catch(() => undefined);
-      await t?.cleanup();
-      if (images) await rm(images, { recursive: true, force: true });
-    }, 120_000);
+    beforeAll(() => {
+      d = fx.driver;
+      images = fx.images;
+    });
+    const start = async (tag: string) => (await fx.start(tag)).sandboxId;
 
     it('runs a command in the background: listed, its output replayed and followed, its exit kept; survives a checkpoint', async () => {
       const id = await start('bg');
@@ -83,7 +69,7 @@ export function processConformance(name: string, make: () => Promise<Conformance
         await d.checkpoint(id, img);
         const b = specFor('bg-back', { identity: { hostname: 'back', machineId: 'a'.repeat(32), generation: 2, reason: 'wake' } });
         await d.restore(b, img);
-        made.push(b.sandboxId);
+        fx.own(b.sandboxId);
         const all = await drain(await d.processOutput(b.sandboxId, 'exe_one', { follow: true }));
         expect(all.stdout.toString()).toBe('hello\ndone\n');
         expect(all.stderr.toString()).toBe('oops\n');
@@ -104,7 +90,7 @@ export function processConformance(name: string, make: () => Promise<Conformance
       await d.checkpoint(id, img);
       const b = specFor('bg-back');
       await d.restore(b, img);
-      made.push(b.sandboxId);
+      fx.own(b.sandboxId);
       expect((await drain(await d.processOutput(b.sandboxId, 'exe_one'))).stdout.toString()).toBe('hello\ndone\n');
     }, T * 2);
 

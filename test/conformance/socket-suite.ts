@@ -6,13 +6,12 @@
  * real program's server is reached too.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxDriver, TcpConnectionInfo } from '../../src/core/index.js';
-import { specFor, type ConformanceTarget } from './driver-suite.js';
+import { specFor, useConformanceTarget, type ConformanceTarget } from './driver-suite.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -53,22 +52,14 @@ async function ask(d: SandboxDriver, id: string, port: number, text: string): Pr
 export function socketConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number } = {}): void {
   const T = opts.timeoutMs ?? 60_000;
   describe(`driver conformance (sockets): ${name}`, () => {
-    let t: ConformanceTarget;
+    const fx = useConformanceTarget(name, 'sock', make);
     let d: SandboxDriver;
     let id: string;
     let images: string;
-
     beforeAll(async () => {
-      t = await make();
-      d = t.driver;
-      const s = specFor('sock');
-      await d.create(s);
-      id = s.sandboxId;
-      images = await mkdtemp(join(tmpdir(), `berth-sock-${name}-`));
-    }, T * 2);
-    afterAll(async () => {
-      await t?.cleanup();
-      if (images) await rm(images, { recursive: true, force: true });
+      d = fx.driver;
+      images = fx.images;
+      id = (await fx.start('sock')).sandboxId;
     }, T * 2);
 
     it('a listener inside the sandbox and a connection to it relay both ways, with half-close', async () => {

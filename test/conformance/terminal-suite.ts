@@ -4,12 +4,11 @@
  * and `cat` on the line discipline), so every case runs on every driver; `liveMemory` decides whether a
  * checkpoint must carry a running terminal.
  */
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { ExecExit, SandboxDriver } from '../../src/core/index.js';
-import { specFor, type ConformanceTarget } from './driver-suite.js';
+import { specFor, useConformanceTarget, type ConformanceTarget } from './driver-suite.js';
 
 const enc = new TextEncoder();
 
@@ -46,27 +45,14 @@ export async function until(d: SandboxDriver, sid: string, tid: string, pattern:
 export function terminalConformance(name: string, make: () => Promise<ConformanceTarget>, opts: { timeoutMs?: number } = {}): void {
   const T = opts.timeoutMs ?? 90_000;
   describe(`driver conformance (terminals): ${name}`, () => {
-    let t: ConformanceTarget;
+    const fx = useConformanceTarget(name, 'term', make);
     let d: SandboxDriver;
     let images: string;
-    const made: string[] = [];
-    const start = async (tag: string) => {
-      const s = specFor(tag);
-      await d.create(s);
-      made.push(s.sandboxId);
-      return s.sandboxId;
-    };
-
-    beforeAll(async () => {
-      t = await make();
-      d = t.driver;
-      images = await mkdtemp(join(tmpdir(), `berth-term-${name}-`));
-    }, 10 * 60_000);
-    afterAll(async () => {
-      for (const id of made) await d?.destroy(id).catch(() => undefined);
-      await t?.cleanup();
-      if (images) await rm(images, { recursive: true, force: true });
-    }, 120_000);
+    beforeAll(() => {
+      d = fx.driver;
+      images = fx.images;
+    });
+    const start = async (tag: string) => (await fx.start(tag)).sandboxId;
 
     it('opens the login shell on a PTY: env and size passed, resize seen by stty, exit code kept, listed apart from processes', async () => {
       const id = await start('term');
@@ -122,7 +108,7 @@ export function terminalConformance(name: string, make: () => Promise<Conformanc
       await d.checkpoint(id, img);
       const b = specFor('term-back', { identity: { hostname: 'back', machineId: 'b'.repeat(32), generation: 2, reason: 'wake' } });
       await d.restore(b, img);
-      made.push(b.sandboxId);
+      fx.own(b.sandboxId);
       const back = await until(d, b.sandboxId, 'trm_ck', /before-ckpt\r\n/);
       expect(back.text).toContain('before-ckpt');
       if (!d.capabilities.liveMemory) {
