@@ -3,47 +3,18 @@
  * CLI: started with `berth exec --background`, listed by `berth ps`, read by `berth logs` after hibernate →
  * wake, and followed across a SIGKILL of the server and its restart with nothing lost or repeated.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Berth } from '../../src/sdk/index.js';
-import { IMAGE_CACHE, REPO, gvisorMissing, skipReason } from '../helpers/env.js';
+import { REPO, gvisorMissing, skipReason } from '../helpers/env.js';
+import { freePort, runscIds, serveProcess } from '../helpers/serve-process.js';
 
 const skip = skipReason('background processes e2e', gvisorMissing());
 const BIN = join(REPO, 'bin', 'berth');
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
-
-async function serve(dataDir: string, port: number): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--data', dataDir, '--port', String(port), '--image-cache', IMAGE_CACHE], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout?.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
-  // It listens at once and answers 503 while its backends are prepared: wait for "ready".
-  for (let i = 0; i < 2400; i++) {
-    if (out.includes('"msg":"ready"')) return child;
-    if (child.exitCode !== null) throw new Error(`berth serve exited: ${out}`);
-    await sleep(100);
-  }
-  throw new Error(`berth serve did not start: ${out}`);
-}
-
-function runscIds(dataDir: string): string[] {
-  const dir = join(dataDir, 'gvisor', 'runsc');
-  return existsSync(dir) ? readdirSync(dir).flatMap((f) => /^(.+)_sandbox:(.+)\.state$/.exec(f)?.slice(2, 3) ?? []) : [];
-}
 
 describe.skipIf(skip)('background processes: hibernate, wake and a server SIGKILL (real runsc, real server, real CLI)', () => {
   let dataDir = '';
@@ -62,7 +33,7 @@ describe.skipIf(skip)('background processes: hibernate, wake and a server SIGKIL
   it('keeps output and exit through hibernate → wake and through a server SIGKILL; follow resumes without loss or repeat', async () => {
     dataDir = await mkdtemp(join(tmpdir(), 'berth-proc-'));
     const port = await freePort();
-    child = await serve(dataDir, port);
+    child = await serveProcess(dataDir, port);
     const url = `http://127.0.0.1:${port}`;
     const token = (await readFile(join(dataDir, 'root.key'), 'utf8')).trim();
     const berth = new Berth({ url, token });
@@ -114,7 +85,7 @@ describe.skipIf(skip)('background processes: hibernate, wake and a server SIGKIL
     child.kill('SIGKILL');
     await new Promise((r) => child?.once('exit', r));
     await sleep(1000); // the command keeps running inside the sandbox while no server exists
-    child = await serve(dataDir, port);
+    child = await serveProcess(dataDir, port);
     await follow;
     expect(exitCode).toBe(0);
     expect(seen.join('')).toBe(Array.from({ length: 60 }, (_, i) => `n${i + 1}\n`).join(''));

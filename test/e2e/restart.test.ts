@@ -3,49 +3,18 @@
  * session must still be reachable (running ones re-adopted with their processes, paused ones still
  * paused, hibernated ones wakeable), none lost, and no runsc sandbox left that no session owns.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Berth } from '../../src/sdk/index.js';
-import { IMAGE_CACHE, REPO, gvisorMissing, skipReason } from '../helpers/env.js';
+import { gvisorMissing, skipReason } from '../helpers/env.js';
+import { freePort, runscIds, serveProcess } from '../helpers/serve-process.js';
 
 const skip = skipReason('restart e2e', gvisorMissing());
 const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
-
-async function serve(dataDir: string, port: number): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [join(REPO, 'bin', 'berth'), 'serve', '--data', dataDir, '--port', String(port), '--image-cache', IMAGE_CACHE], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout?.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
-  for (let i = 0; i < 600; i++) {
-    if (out.includes('"msg":"ready"')) return child;
-    if (child.exitCode !== null) throw new Error(`berth serve exited: ${out}`);
-    await sleep(100);
-  }
-  throw new Error(`berth serve did not start: ${out}`);
-}
-
-/** Sandboxes runsc knows under this data directory, from its state files (`runsc list` hangs on a frozen one). */
-function runscIds(dataDir: string): string[] {
-  const dir = join(dataDir, 'gvisor', 'runsc');
-  return existsSync(dir) ? readdirSync(dir).flatMap((f) => /^(.+)_sandbox:(.+)\.state$/.exec(f)?.slice(2, 3) ?? []) : [];
-}
 
 describe.skipIf(skip)('server restart after SIGKILL', () => {
   let dataDir = '';
@@ -64,7 +33,7 @@ describe.skipIf(skip)('server restart after SIGKILL', () => {
   it('re-adopts running and paused sessions, keeps hibernated ones, cleans what no session owns', async () => {
     dataDir = await mkdtemp(join(tmpdir(), 'berth-restart-'));
     const port = await freePort();
-    child = await serve(dataDir, port);
+    child = await serveProcess(dataDir, port, { timeoutMs: 60_000 });
     const token = (await readFile(join(dataDir, 'root.key'), 'utf8')).trim();
     const berth = new Berth({ url: `http://127.0.0.1:${port}`, token });
 
@@ -87,7 +56,7 @@ describe.skipIf(skip)('server restart after SIGKILL', () => {
     await new Promise((r) => child?.once('exit', r));
     await inflight;
     await sleep(500);
-    child = await serve(dataDir, port);
+    child = await serveProcess(dataDir, port, { timeoutMs: 60_000 });
 
     const all = await berth.sessions.list({ states: ['creating', 'running', 'paused', 'hibernated', 'failed', 'terminated'] });
     const byId = new Map(all.map((s) => [s.id, s]));

@@ -5,47 +5,20 @@
  * CLI (`berth shell`) in a real terminal (tmux) running a pager, a file typed through the tty, a Python REPL
  * and a resize, and vi.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { Berth, type Session } from '../../src/sdk/index.js';
-import { IMAGE_CACHE, REPO, gvisorMissing, hasCommand, skipReason } from '../helpers/env.js';
+import { REPO, gvisorMissing, hasCommand, skipReason } from '../helpers/env.js';
+import { freePort, runscIds, serveProcess } from '../helpers/serve-process.js';
 
 const skip = skipReason('terminals e2e', gvisorMissing() ?? (hasCommand('tmux', ['-V']) ? undefined : 'tmux is not installed'));
 const BIN = join(REPO, 'bin', 'berth');
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
-
-async function serve(dataDir: string, port: number): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--data', dataDir, '--port', String(port), '--image-cache', IMAGE_CACHE], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout?.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
-  for (let i = 0; i < 2400; i++) {
-    if (out.includes('"msg":"ready"')) return child;
-    if (child.exitCode !== null) throw new Error(`berth serve exited: ${out}`);
-    await sleep(100);
-  }
-  throw new Error(`berth serve did not start: ${out}`);
-}
-
-function runscIds(dataDir: string): string[] {
-  const dir = join(dataDir, 'gvisor', 'runsc');
-  return existsSync(dir) ? readdirSync(dir).flatMap((f) => /^(.+)_sandbox:(.+)\.state$/.exec(f)?.slice(2, 3) ?? []) : [];
-}
 
 /** A raw WebSocket client that keeps what it saw. */
 class Client {
@@ -106,7 +79,7 @@ describe.skipIf(skip)('terminals: WebSocket clients, hibernate/wake, server SIGK
   beforeAll(async () => {
     dataDir = await mkdtemp(join(tmpdir(), 'berth-term-'));
     const port = await freePort();
-    child = await serve(dataDir, port);
+    child = await serveProcess(dataDir, port);
     url = `http://127.0.0.1:${port}`;
     ws = `ws://127.0.0.1:${port}`;
     token = (await readFile(join(dataDir, 'root.key'), 'utf8')).trim();
@@ -226,7 +199,7 @@ describe.skipIf(skip)('terminals: WebSocket clients, hibernate/wake, server SIGK
 
     child!.kill('SIGKILL');
     await new Promise((r) => child!.once('exit', r));
-    child = await serve(dataDir, Number(new URL(url).port));
+    child = await serveProcess(dataDir, Number(new URL(url).port));
     const after = new Client(`${ws}/v1/sessions/${s.id}/terminals/${tid}`, auth());
     await after.hello();
     await after.see(new RegExp(`again kept-${pid}`));
