@@ -48,7 +48,7 @@ export async function benchCheckpointFlags(o: { rootfs: string; agentDir: string
     const b = join(dir, id);
     await mkdir(b, { recursive: true });
     const spec = ociSpec(
-      { sandboxId: id, limits: { memoryMb: 512, cpus: 1 }, env: {}, identity: { hostname: id, machineId: newMachineId(), generation: 1, reason: 'create' }, network: 'none' },
+      { sandboxId: id, limits: { memoryMb: 512, cpus: 1 }, env: {}, identity: { hostname: id, machineId: newMachineId(), generation: 1, reason: 'create' }, network: 'none', image: 'base' },
       { rootfs: o.rootfs, agentDir: o.agentDir, rootfsImage: rootfsImagePath(o.rootfs) },
     ) as { process: { args: string[] } };
     spec.process.args = ['sleep', 'infinity'];

@@ -28,7 +28,7 @@ async function rawBundle(c: RawCtx, id: string, init: string[]): Promise<string>
   const b = join(c.dir, id);
   await mkdir(b, { recursive: true });
   const spec = ociSpec(
-    { sandboxId: id, limits: { memoryMb: 512, cpus: 1 }, env: {}, identity: { hostname: id, machineId: newMachineId(), generation: 1, reason: 'create' }, network: 'none' },
+    { sandboxId: id, limits: { memoryMb: 512, cpus: 1 }, env: {}, identity: { hostname: id, machineId: newMachineId(), generation: 1, reason: 'create' }, network: 'none', image: 'base' },
     { rootfs: c.rootfs, agentDir: c.agentDir, rootfsImage: rootfsImagePath(c.rootfs) },
   ) as { process: { args: string[] } };
   spec.process.args = init;

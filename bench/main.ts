@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --json] [-- --quick] [-- --only gate,audit,egress,gvisor,qemu,checkpoint,ports,templates,terminals]`: raw engines and Berth
+ * `npm run bench [-- --json] [-- --quick] [-- --only gate,audit,egress,gvisor,qemu,checkpoint,ports,templates,terminals,desktop]`: raw engines and Berth
  * side by side in one run (the default is gate,audit,gvisor,qemu; checkpoint compares runsc's checkpoint flags). Prints a table; with --json the last line is `{"results":[…]}`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -20,15 +20,16 @@ import { printTable, row, type Row } from './stats.js';
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   if (args.includes('--help')) {
-    console.log('npm run bench [-- --json] [-- --quick] [-- --only gate,egress,gvisor,qemu,checkpoint]\n' +
+    console.log('npm run bench [-- --json] [-- --quick] [-- --only SECTIONS]\n' +
       '  --json    end with one JSON line {"results":[…]}\n  --quick   fewer samples\n' +
-      '  --only    sections, comma-separated (default gate,gvisor,qemu); checkpoint: runsc checkpoint flags vs none');
+      '  --only    sections, comma-separated: gate, audit, egress, gvisor, templates, desktop, qemu (the default set),\n' +
+      '            and ports, terminals, checkpoint (runsc checkpoint flags vs none)');
     return;
   }
   const json = args.includes('--json');
   const quick = args.includes('--quick');
   const onlyArg = args.find((a) => a.startsWith('--only='))?.slice(7) ?? (args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined);
-  const only = new Set((onlyArg ?? 'gate,audit,egress,gvisor,templates,qemu').split(','));
+  const only = new Set((onlyArg ?? 'gate,audit,egress,gvisor,templates,desktop,qemu').split(','));
   const log = (s: string) => console.error(`[bench] ${s}`);
   const root = packageRoot();
   const cacheDir = join(root, '.berth', 'images');
@@ -73,9 +74,9 @@ async function main(): Promise<void> {
     }
   }
 
-  if (only.has('gvisor') || only.has('qemu') || only.has('templates') || only.has('terminals')) {
+  if (only.has('gvisor') || only.has('qemu') || only.has('templates') || only.has('terminals') || only.has('desktop')) {
     const dataDir = await mkdtemp(join(tmpdir(), 'berth-bench-'));
-    const backends = [...(only.has('gvisor') || only.has('templates') || only.has('terminals') ? ['gvisor' as const] : []), ...(only.has('qemu') ? ['qemu' as const] : [])];
+    const backends = [...(only.has('gvisor') || only.has('templates') || only.has('terminals') || only.has('desktop') ? ['gvisor' as const] : []), ...(only.has('qemu') ? ['qemu' as const] : [])];
     const side = await createBerth({ dataDir, imageCacheDir: cacheDir, backends, idleSweepMs: 0, log });
     const http = await startServer({ app: createApp({ engine: side.engine }), port: 0, upgrades: { handlers: upgradeHandlers(side.engine, silentLogger) } });
     const berth = new Berth({ url: http.url, token: side.rootKey });
@@ -93,6 +94,10 @@ async function main(): Promise<void> {
       // terminals (issue 9 §2): keystroke echo through the WebSocket vs runsc exec cat
       if ((only.has('gvisor') || only.has('terminals')) && side.engine.health().backends.gvisor?.available) {
         rows.push(...(await (await import('./terminals.js')).benchTerminals({ berth, dataDir, quick, log })));
+      }
+      // desktops (issue 11): create → first screenshot, screenshot and click round trips, idle memory
+      if (only.has('desktop') && side.engine.health().backends.gvisor?.available) {
+        rows.push(...(await (await import('./desktop.js')).benchDesktop({ berth, dataDir, quick, log })));
       }
       if (only.has('qemu')) {
         const { benchQemuRows } = await import('./qemu.js');

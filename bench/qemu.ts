@@ -81,7 +81,7 @@ export async function benchQemu(o: BenchQemuOptions): Promise<QemuBenchRow[]> {
     limits: { memoryMb: 256, cpus: 1 },
     env: {},
     identity: { hostname: tag, machineId: newMachineId(), generation, reason },
-    network: 'none',
+    network: 'none', image: 'base',
   });
   const run = async (id: string, argv: string[]) => (await driver.exec(id, { argv })).wait();
   try {

@@ -44,7 +44,7 @@ export async function benchTemplates(o: { berth: BerthClient; snapshotsDir: stri
       const id = `rawtpl-${process.pid}-${i}`;
       const b = join(dir, id);
       await mkdir(b, { recursive: true });
-      const spec = ociSpec({ sandboxId: id, limits: { memoryMb: tpl.settings.memoryMb, cpus: tpl.settings.cpus }, env: {}, identity: { hostname: id, machineId: newMachineId(), generation: 1, reason: 'fork' }, network: 'none' }, paths);
+      const spec = ociSpec({ sandboxId: id, limits: { memoryMb: tpl.settings.memoryMb, cpus: tpl.settings.cpus }, env: {}, identity: { hostname: id, machineId: newMachineId(), generation: 1, reason: 'fork' }, network: 'none', image: 'base' }, paths);
       await writeFile(join(b, 'config.json'), JSON.stringify(spec));
       rawMs.push((await time(() => runsc.run(['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${img}`, `--bundle=${b}`, id])))[0]);
       await runsc.run(['kill', id, 'KILL'], { allowFail: true });

@@ -1,8 +1,8 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { ensureGuestImage } from '../src/drivers/image/guest.js';
-import { ensureRootfs } from '../src/drivers/image/rootfs.js';
+import { DESKTOP_GUEST_RECIPE, ensureGuestImage } from '../src/drivers/image/guest.js';
+import { DESKTOP_ROOTFS_RECIPE, ensureRootfs } from '../src/drivers/image/rootfs.js';
 import { IMAGE_CACHE, REPO, gvisorMissing, hasCommand } from './helpers/env.js';
 
 function consoleStale(): boolean {
@@ -28,6 +28,13 @@ export default async function setup(): Promise<void> {
     if (vite.status !== 0) throw new Error(`building the console failed:\n${vite.stdout}${vite.stderr}`);
   }
   const log = (l: string) => console.log(`[image] ${l}`);
-  if (!gvisorMissing()) await ensureRootfs({ cacheDir: IMAGE_CACHE, log });
-  if (hasCommand('qemu-system-x86_64')) await ensureGuestImage({ cacheDir: IMAGE_CACHE, log });
+  if (!gvisorMissing()) {
+    await ensureRootfs({ cacheDir: IMAGE_CACHE, log });
+    // The desktop variant (issue 11): built here, once, so no desktop test pays minutes under its timeout.
+    await ensureRootfs({ cacheDir: IMAGE_CACHE, recipe: DESKTOP_ROOTFS_RECIPE, log });
+  }
+  if (hasCommand('qemu-system-x86_64')) {
+    await ensureGuestImage({ cacheDir: IMAGE_CACHE, log });
+    await ensureGuestImage({ cacheDir: IMAGE_CACHE, recipe: DESKTOP_GUEST_RECIPE, log }); // the QEMU desktop (issue 11)
+  }
 }

@@ -182,6 +182,8 @@ describe('the OpenAPI document', () => {
     await berth.approvals.get(s.id, p1.approvalId);
     expect((await berth.approvals.approve(p1.approvalId)).status).toBe('used');
     await berth.approvals.deny(p2.approvalId, 'not this one');
+    // A call that is not a desktop action kept no screen (the PNG itself: test/e2e/desktop.test.ts).
+    expect((await raw(`/v1/approvals/${p2.approvalId}/screenshot`)).status).toBe(404);
     const policy = await berth.policy.get();
     await berth.policy.set(policy.text);
     await raw('/v1/policy', { method: 'PUT', headers: { 'content-type': 'text/plain' }, body: policy.text });
@@ -241,6 +243,23 @@ describe('the OpenAPI document', () => {
     await (await raw(`${terms}/${tv.termId}/tickets`, { method: 'POST' })).json();
     await (await raw(`${terms}/${tv.termId}/kill`, jsonInit({ signal: 9 }))).json();
     await (await raw(`${terms}/${tv.termId}/recording`)).text();
+
+    // The desktop view's ticket (its WebSocket: src/server/desktop-ws.test.ts, test/console/desktop.test.ts).
+    // The memory driver runs no desktop: without one, 409 no_desktop; a record given one gets its ticket.
+    const noDesk = await raw(`/v1/sessions/${s.id}/desktop/tickets`, { method: 'POST' });
+    expect([noDesk.status, ((await noDesk.json()) as { error: { details: { reason: string } } }).error.details.reason]).toEqual([409, 'no_desktop']);
+    const deskRecord = (await t.store.sessions.get(s.id))!;
+    await t.store.sessions.put({ ...deskRecord, settings: { ...deskRecord.settings, desktop: { width: 1280, height: 800 } } });
+    expect((await (await raw(`/v1/sessions/${s.id}`)).json()).settings.desktop).toEqual({ width: 1280, height: 800 });
+    expect((await (await raw(`/v1/sessions/${s.id}/desktop/tickets`, { method: 'POST' })).json()).ticket).toMatch(/^ttk_/);
+    // The desktop's recording (ffmpeg itself: test/e2e/desktop-recording.test.ts). The memory driver has no
+    // ffmpeg, so start answers 503 sandbox_failed; with no recording, stop is a no-op and the video is 404.
+    const desk = `/v1/sessions/${s.id}/desktop`;
+    expect((await (await raw(desk)).json()).recording).toMatchObject({ recording: false, execId: null });
+    expect((await (await raw(`${desk}/recording/stop`, jsonInit({}))).json()).stopped).toBe(false);
+    expect((await raw(`${desk}/recording`)).status).toBe(404);
+    expect((await raw(`${desk}/recording/start`, jsonInit({ maxBytes: 4 << 20 }))).status).toBe(503);
+    await t.store.sessions.put(deskRecord);
 
     // Port links through the SDK (the link's own traffic: test/port-links-http.test.ts, test/e2e/port-links.test.ts).
     const made = await s.ports.link(8000, { ttlS: 120, label: 'docs' });

@@ -1,3 +1,4 @@
+import { writeFile } from 'node:fs/promises';
 import { UsageError, parseCommand, printJson, type VerbContext } from './common.js';
 
 
@@ -16,6 +17,11 @@ export async function run(ctx: VerbContext): Promise<number> {
     }
   }
   const res = await ctx.client().tools.call(positionals[0]!, positionals[1]!, args, v.step !== undefined ? { step: v.step } : {});
+  const shot = res.decision === 'allow' ? (res.result as { screenshot?: { data?: unknown } } | null)?.screenshot : undefined;
+  if (v.screenshot !== undefined && shot && typeof shot.data === 'string') {
+    await writeFile(v.screenshot, Buffer.from(shot.data, 'base64'));
+    shot.data = `(written to ${v.screenshot})`;
+  }
   printJson(ctx.io, res);
   return CALL_EXIT[res.decision];
 }

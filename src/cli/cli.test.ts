@@ -78,7 +78,7 @@ describe('berth session', () => {
     expect(r.code, r.stderr).toBe(0);
     const v = json(r);
     expect(v).toMatchObject({ id: expect.stringMatching(/^ses_/), state: 'running', backend: 'gvisor', objective: 'demo' });
-    expect(v.settings).toEqual({ memoryMb: 256, cpus: 0.5, idleTimeoutS: 60, env: ['A', 'B'] });
+    expect(v.settings).toEqual({ memoryMb: 256, cpus: 0.5, idleTimeoutS: 60, env: ['A', 'B'], desktop: null });
     expect(v.agentToken).toMatch(/^bta_/);
   });
   it('list and show --json', async () => {
@@ -442,5 +442,28 @@ describe('berth port-link', () => {
     const gone = await berth(['port-link', 'ses_00000000000000000000', '8000']);
     expect(gone.code).not.toBe(0);
     expect(gone.stderr).toContain('not_found');
+  }, 60_000);
+});
+
+describe('berth desktop', () => {
+  it('a session without a desktop is the server’s invalid_state; bad flags exit 2; state, stop and the video (the in-memory driver has no ffmpeg: real recordings are test/e2e/desktop-recording.test.ts)', async () => {
+    const plain = await newSession();
+    const refused = await berth(['desktop', plain]);
+    expect([refused.code, refused.stderr]).toEqual([1, expect.stringMatching(/^berth: invalid_state: no_desktop/)]);
+    const both = await berth(['desktop', 'record', plain, '--stop', '--max-bytes', '2000000']);
+    expect([both.code, both.stderr]).toEqual([2, expect.stringContaining('--max-bytes')]);
+    expect((await berth(['desktop', 'record', plain, '--max-bytes', '10'])).code).toBe(2);
+
+    // A record given a desktop (as test/openapi.test.ts does): the engine reads only the record for that.
+    const id = await newSession();
+    const r = (await t.store.sessions.get(id))!;
+    await t.store.sessions.put({ ...r, settings: { ...r.settings, desktop: { width: 800, height: 600 } } });
+    const shown = await berth(['desktop', id]);
+    expect([shown.code, shown.stdout.toString()]).toEqual([0, expect.stringMatching(/^screen\s+800x600\nrecording\s+none\n$/)]);
+    expect(json(await berth(['desktop', id, '--json']))).toMatchObject({ sessionId: id, screen: { width: 800, height: 600 }, recording: { recording: false, execId: null } });
+    const stop = await berth(['desktop', 'record', id, '--stop']);
+    expect([stop.code, stop.stdout.toString()]).toEqual([0, 'nothing was recording\n']);
+    const none = await berth(['desktop', 'recording', id]);
+    expect([none.code, none.stderr]).toEqual([1, expect.stringMatching(/^berth: not_found: /)]);
   }, 60_000);
 });

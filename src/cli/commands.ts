@@ -7,6 +7,7 @@
  * protocol's LIMITS, the same numbers the server enforces.
  */
 import { BACKENDS } from '../core/sandbox.js';
+import { DESKTOP_RECORDING_BYTES } from '../core/desktop.js';
 import { LIMITS } from '../protocol/schemas.js';
 
 export type FlagKind = 'bool' | 'string' | 'int' | 'number' | 'kv' | 'list' | 'choice';
@@ -96,6 +97,8 @@ export const SPEC = {
           tenant,
           'egress-allow': { kind: 'list', arg: 'HOST[:PORT]', help: 'a host the session may connect to (host, *.domain, IP or CIDR; repeatable; default none)' },
           'egress-allow-cidr': { kind: 'list', arg: 'CIDR', help: 'a loopback/private range the session may reach anyway (repeatable)' },
+          desktop: { kind: 'bool', help: 'also run a desktop (X display, window manager, VNC; the computer tool)' },
+          screen: { kind: 'string', arg: 'WxH', help: 'the desktop screen in pixels (implies --desktop); default 1280x800' },
           json,
         },
       },
@@ -252,7 +255,12 @@ export const SPEC = {
         min: 2,
         max: 2,
         completes: ['session'],
-        flags: { args: { kind: 'string', arg: 'JSON', help: 'the tool’s arguments, a JSON object' }, step: { kind: 'string', help: 'the plan step this call claims to be' }, json },
+        flags: {
+          args: { kind: 'string', arg: 'JSON', help: 'the tool’s arguments, a JSON object' },
+          step: { kind: 'string', help: 'the plan step this call claims to be' },
+          screenshot: { kind: 'string', arg: 'FILE', completes: 'file', help: 'write the result’s screenshot (the computer tool) to FILE as PNG, and print it without its data' },
+          json,
+        },
       },
     },
   },
@@ -461,6 +469,23 @@ export const SPEC = {
       list: { ...id, flags: { json } },
       kill: { args: 'ID TID', min: 2, max: 2, completes: ['session'], flags: { signal: { kind: 'string', arg: 'SIG', short: 's', help: 'signal name or number (default TERM; a shell ignores it: KILL)' }, json } },
       record: { args: 'ID TID', min: 2, max: 2, completes: ['session'], summary: 'print the asciicast v2 recording (berth terminal record ID TID > t.cast)', flags: {} },
+    },
+  },
+  // ---- a desktop's recording (issue 11) ----
+  desktop: {
+    summary: "a desktop session's screen and its recording: show | record | recording",
+    commands: {
+      '': { ...id, summary: 'the screen and whether it is being recorded', flags: { json } },
+      record: {
+        ...id,
+        summary: 'start recording the desktop (MPEG-TS, 5 fps; replaces the last video), or --stop',
+        flags: {
+          stop: { kind: 'bool', help: 'stop the recording (the video stays in the session)' },
+          'max-bytes': { kind: 'int', arg: 'N', min: DESKTOP_RECORDING_BYTES.min, max: DESKTOP_RECORDING_BYTES.max, help: "size cap of the video, bytes (default 256 MiB or a quarter of the session's memory, whichever is less)" },
+          json,
+        },
+      },
+      recording: { ...id, tail: '> video.ts', summary: 'the video so far to stdout (berth desktop recording ID > video.ts)', flags: {} },
     },
   },
   demo: {

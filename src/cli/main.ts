@@ -55,6 +55,7 @@ export const LOADERS: Record<VerbName, () => Promise<Verb>> = {
   'port-link': async () => (await import('./port-link.js')).run,
   shell: async () => (await import('./terminal.js')).shell,
   terminal: async () => (await import('./terminal.js')).terminal,
+  desktop: async () => (await import('./desktop.js')).run,
   demo: async () => (await import('./demo.js')).run,
   completion: async () => (await import('./completion.js')).run,
   help: async () => helpVerb,

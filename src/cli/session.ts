@@ -1,6 +1,8 @@
 import type { BackendName } from '../core/sandbox.js';
 import type { SessionView } from '../protocol/types.js';
-import { parseCommand, printJson, println, table, type VerbContext } from './common.js';
+import { SPEC } from './commands.js';
+import { UsageError, parseCommand, printJson, println, table, type VerbContext } from './common.js';
+import { commandUsage } from './usage.js';
 
 export async function run(ctx: VerbContext): Promise<number> {
   switch (ctx.sub) {
@@ -29,6 +31,7 @@ async function create(ctx: VerbContext): Promise<number> {
     template: v.template,
     egressAllow: splitList(v['egress-allow']),
     egressAllowCidr: splitList(v['egress-allow-cidr']),
+    desktop: desktopFlag(v.desktop, v.screen),
   });
   if (v.json) printJson(ctx.io, s.toJSON());
   else {
@@ -90,6 +93,14 @@ async function rm(ctx: VerbContext): Promise<number> {
   if (v.json) printJson(ctx.io, { id, state: 'terminated' });
   else println(ctx.io, `${id} terminated`);
   return 0;
+}
+
+/** --desktop and --screen WxH; a malformed size is a usage error naming the flag. */
+function desktopFlag(desktop: boolean | undefined, screen: string | undefined): boolean | { width: number; height: number } | undefined {
+  if (screen === undefined) return desktop || undefined;
+  const m = /^(\d{1,5})x(\d{1,5})$/.exec(screen);
+  if (!m) throw new UsageError(`--screen: expected WIDTHxHEIGHT in pixels (e.g. 1280x800), got ${JSON.stringify(screen)}`, commandUsage('session', 'create', SPEC.session.commands.create));
+  return { width: Number(m[1]), height: Number(m[2]) };
 }
 
 /** A repeatable list flag that also takes commas; undefined when not given. */

@@ -100,6 +100,7 @@ export function ApprovalsPage(props: { onAuthError: (e: unknown) => void }) {
           <span class="time-left" data-testid="time-left">${left(a.expiresAt, now)}</span>
         </header>
         <pre class="args" data-testid="args">${JSON.stringify(a.args, null, 2)}</pre>
+        ${a.screenshotUrl && html`<figure class="screen"><img src=${a.screenshotUrl} alt="the screen when the call was parked; a red ring marks the point it would act on" data-testid="approval-screenshot" /><figcaption>The screen when the call was parked; the red ring marks where it would act.</figcaption></figure>`}
         <dl>
           <dt>Asked by policy</dt><dd>${a.policyIds.map((id) => html`<div><code>@id("${id}")</code> ${ctx.reasons[id] ? html`— ${ctx.reasons[id]}` : ''}</div>`)}</dd>
           <dt>Plan step</dt><dd>${a.step ? html`claims <code>${a.step}</code>${claimed ? (off.length ? html`<ul class="departs">${off.map((o) => html`<li>${o}</li>`)}</ul>` : html` — matches the step's schema`) : ' — no such step in the plan'}` : plan?.plan ? 'claims no step' : 'no plan'}</dd>

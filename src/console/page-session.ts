@@ -1,6 +1,7 @@
 /**
  * One session: state and actions, the control lease (take control / hand back), its plan with progress,
- * and a live timeline of its tool calls (each stage's verdict, arguments, result, duration).
+ * its desktop (when it has one) and terminal, and a live timeline of its tool calls (each stage's verdict,
+ * arguments, result, duration).
  */
 import { useEffect, useState } from 'preact/hooks';
 import type { AuditEntryView, ConsoleMeView, ControlView, PlanView, Session } from '../sdk/index.js';
@@ -8,6 +9,7 @@ import { ago, api, bg, bytes, errText } from './api.js';
 import { useLive } from './page-sessions.js';
 import { confirmAction, html } from './ui.js';
 import { TerminalPanel } from './terminal.js';
+import { DesktopPanel } from './desktop.js';
 
 /** Tool calls of a session from its audit entries: one row per callId, its stage verdicts in order. */
 export interface CallRow {
@@ -79,11 +81,12 @@ export function SessionPage(props: { id: string; me: ConsoleMeView; onAuthError:
       last = Date.now();
       void api.control.take(id).then(setControl, () => undefined);
     };
-    window.addEventListener('keydown', renew);
-    window.addEventListener('pointerdown', renew);
+    // Capture phase: the desktop view (noVNC) stops the events it takes from bubbling.
+    window.addEventListener('keydown', renew, true);
+    window.addEventListener('pointerdown', renew, true);
     return () => {
-      window.removeEventListener('keydown', renew);
-      window.removeEventListener('pointerdown', renew);
+      window.removeEventListener('keydown', renew, true);
+      window.removeEventListener('pointerdown', renew, true);
     };
   }, [mine, id]);
 
@@ -121,6 +124,7 @@ export function SessionPage(props: { id: string; me: ConsoleMeView; onAuthError:
             <ol class="plan">${steps.map((st, n) => html`<li class=${n < cursor ? 'done' : n === cursor ? 'next' : ''}><code>${st.id}</code> ${st.tool} <span class="sub">${JSON.stringify(st.arguments)}</span></li>`)}</ol>`
         : html`<p class="sub">No plan set.</p>`}
     </div>
+    ${i.state === 'running' && i.settings.desktop && html`<${DesktopPanel} session=${s} screen=${i.settings.desktop} inControl=${!!mine} readOnly=${ro} />`}
     ${i.state === 'running' && html`<${TerminalPanel} session=${s} inControl=${!!mine} readOnly=${ro} />`}
     <div class="panel">
       <h3>Tool calls <small>(live)</small></h3>

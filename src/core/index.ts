@@ -11,3 +11,5 @@ export * from './snapshots.js';
 export * from './tools.js';
 export * from './audit-tree.js';
 export * from './idempotency.js';
+export * from './desktop.js';
+export * from './png.js';

@@ -1,6 +1,7 @@
 import type { BackendName, SandboxIdentity } from './sandbox.js';
 import type { BreakerSettings, BreakerState, Plan, PlanState } from './gate.js';
 import type { SessionState } from './state.js';
+import type { DesktopSettings } from './desktop.js';
 
 /** Times are milliseconds since the epoch throughout. */
 
@@ -12,6 +13,8 @@ export interface SessionSettings {
   /** Seconds without a call before the session hibernates by itself; 0 = never. Default 0. */
   idleTimeoutS: number;
   env: Record<string, string>;
+  /** A desktop (issue 11): its screen. Absent: no desktop. */
+  desktop?: DesktopSettings;
 }
 
 export interface Metering {

@@ -5,6 +5,7 @@
  */
 
 import type { Duplex } from 'node:stream';
+import type { ImageVariant } from './desktop.js';
 
 /**
  * Every production backend, by name: the one place the names are spelled (the protocol's enum, the CLI's
@@ -45,6 +46,8 @@ export interface SandboxSpec {
   identity: SandboxIdentity;
   /** Network mode; only 'none' is supported by the default configuration. */
   network: 'none';
+  /** The image the machine boots from (create only; a restore boots what its checkpoint recorded). */
+  image: ImageVariant;
 }
 
 export interface ExecRequest {
@@ -178,6 +181,8 @@ export interface DriverCapabilities {
   liveMemory: boolean;
   /** checkpoint({leaveRunning:true}) keeps the sandbox running. */
   snapshotWhileRunning: boolean;
+  /** Image variants create() can boot (core/desktop.ts); every backend has 'base'. */
+  images: readonly ImageVariant[];
   /** What kind of boundary isolates the session: a user-space kernel or a hypervisor. */
   isolation: 'user-space-kernel' | 'hypervisor';
   /**

@@ -5,7 +5,8 @@
  */
 import { ConfigError, isBackendName, BACKENDS, type BackendName, type SandboxDriver } from '../core/index.js';
 import { GvisorDriver } from './gvisor/driver.js';
-import { ensureRootfs, rootfsImagePath } from './image/rootfs.js';
+import { DESKTOP_GUEST_RECIPE } from './image/guest.js';
+import { DESKTOP_ROOTFS_RECIPE, ensureRootfs, rootfsImagePath } from './image/rootfs.js';
 import { QemuDriver } from './qemu/driver.js';
 
 /** What every backend is built from. */
@@ -33,13 +34,19 @@ export const DRIVERS: Readonly<Record<BackendName, BackendEntry>> = Object.freez
     preparing: 'preparing the gVisor backend (the first start builds the base image, about a minute)',
     async create(ctx: DriverContext): Promise<SandboxDriver> {
       const rootfs = await ensureRootfs({ cacheDir: ctx.cacheDir, log: (l) => (ctx.log(l), ctx.progress?.(l)), progress: ctx.progress });
-      return new GvisorDriver({ stateDir: ctx.stateDir, rootfs, rootfsImage: rootfsImagePath(rootfs), agentPath: ctx.agentPath, log: ctx.log });
+      // The desktop variant is built the first time a desktop session is created (a few minutes, once).
+      const desktopImage = async () => {
+        const dir = await ensureRootfs({ cacheDir: ctx.cacheDir, recipe: DESKTOP_ROOTFS_RECIPE, log: ctx.log });
+        return { rootfs: dir, rootfsImage: rootfsImagePath(dir) };
+      };
+      return new GvisorDriver({ stateDir: ctx.stateDir, rootfs, rootfsImage: rootfsImagePath(rootfs), desktopImage, agentPath: ctx.agentPath, log: ctx.log });
     },
   },
   qemu: {
     preparing: 'preparing the QEMU backend',
     async create(ctx: DriverContext): Promise<SandboxDriver> {
-      return new QemuDriver({ stateDir: ctx.stateDir, cacheDir: ctx.cacheDir, agentPath: ctx.agentPath, log: ctx.log });
+      // The desktop guest image is built the first time a desktop session is created (a few minutes, once).
+      return new QemuDriver({ stateDir: ctx.stateDir, cacheDir: ctx.cacheDir, agentPath: ctx.agentPath, desktopRecipe: DESKTOP_GUEST_RECIPE, log: ctx.log });
     },
   },
 });

@@ -49,6 +49,8 @@ export interface CreateSessionInput {
   /** The session's egress allow-list and range allowances (policy/egress.ts); default none. */
   egressAllow?: string[];
   egressAllowCidr?: string[];
+  /** A desktop (core/desktop.ts): true for DEFAULT_SCREEN, or its size. Default none. */
+  desktop?: boolean | { width?: number; height?: number };
 }
 
 export interface SessionListFilter {
@@ -132,6 +134,10 @@ export interface Engine {
   readonly ports: PortService;
   /** Signed, expiring links to a port, for browsers (engine/port-links.ts). */
   readonly portLinks: PortLinkService;
+  /** The desktop's VNC server for the console's live view: connections, tickets (engine/vnc.ts). */
+  readonly vnc: VncService;
+  /** A desktop's screen and its recording, kept inside the machine (engine/desktop-recording.ts). */
+  readonly desktop: DesktopService;
 }
 
 // ---- the gate (issue: "no agent tool call runs until it is authorized") ------------------------------
@@ -144,6 +150,10 @@ import type { FileService } from './files.js';
 import type { TemplateService } from './templates.js';
 import type { PortService } from './ports.js';
 import type { PortLinkService } from './port-links.js';
+import type { VncService } from './vnc.js';
+export type { VncConnection, VncService } from './vnc.js';
+import type { DesktopService } from './desktop-recording.js';
+export type { DesktopInfo, DesktopService, RecordingStatus } from './desktop-recording.js';
 export type { PortLinkService, PortLinkView, PortLinkState } from './port-links.js';
 export type { FileService } from './files.js';
 export type { BuildEvent, BuildTemplateInput, TemplateService } from './templates.js';
@@ -233,6 +243,8 @@ export interface GateService extends ToolGateApi {
   /** Records the decision, then runs the approved call at once (waking the session) and stores its result. */
   approve(p: Principal, approvalId: string): Promise<ApprovalRecord>;
   deny(p: Principal, approvalId: string, reason: string): Promise<ApprovalRecord>;
+  /** The screen (PNG) kept when a desktop action was parked, its point marked; not_found when none was kept. */
+  approvalScreenshot(p: Principal, approvalId: string): Promise<Buffer>;
 
   getPolicy(p: Principal, scope?: TenantScope): Promise<TenantPolicyInfo>;
   /** Validates against the tenant's tool set; on failure throws invalid_argument and keeps the old policy. */

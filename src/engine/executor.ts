@@ -4,7 +4,7 @@
  * (SandboxAccess). Kept apart from the executors themselves (tools-exec.ts, tools-http.ts) so neither has
  * to import the other for a type.
  */
-import type { CallOptions, ExecHandle, ExecRequest, FileEntry, FileStat, Principal } from '../core/index.js';
+import type { CallOptions, DesktopSettings, ExecHandle, ExecRequest, FileEntry, FileStat, Principal } from '../core/index.js';
 
 /** The narrow surface of SessionManager the gate uses. Calls wake a hibernated session; none audits by itself. */
 export interface SandboxAccess {
@@ -45,6 +45,10 @@ export interface ExecContext {
   /** http.request: the session's egress allow-list and range allowances (policy/egress.ts). */
   httpAllow: readonly string[];
   egressAllowCidr?: readonly string[];
+  /** The session's desktop screen (the computer tool), null without a desktop. */
+  screen: DesktopSettings | null;
+  /** Keeps a screenshot the computer tool returns (engine/screenshots.ts). Default: not kept. */
+  keepScreenshot?: (png: Buffer) => Promise<void>;
   /** Name resolution for http.request; default dns.lookup. */
   resolve?: (host: string) => Promise<string[]>;
   signal?: AbortSignal;

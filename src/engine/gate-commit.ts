@@ -183,7 +183,14 @@ export async function finishCall(c: GateContext, o: FinishOptions): Promise<Call
       principal: p,
       action: 'tool.result',
       outcome: v.verdict,
-      data: { ...base, ...(v.code ? { code: v.code } : {}), detail: v.detail, ...(v.data ? { data: v.data } : {}), resultDigest: digestOf(res.ok ? res.result : out.output) },
+      data: {
+        ...base,
+        ...(v.code ? { code: v.code } : {}),
+        detail: v.detail,
+        ...(v.data ? { data: v.data } : {}),
+        resultDigest: digestOf(res.ok ? res.result : out.output),
+        ...imageDigests(a.tool, res.ok ? res.result : undefined),
+      },
     });
     if (a.approvalId) {
       const cur = await c.store.approvals.get(a.approvalId);
@@ -230,4 +237,14 @@ async function pauseForBreaker(c: GateContext, sessionId: string, g: LoadedGate)
     g.row.pausedByBreaker = true;
     await c.state.save(g.row);
   }
+}
+
+/** The SHA-256 of each image a result carries (the computer tool's screenshot): the audit keeps these, never the image. */
+function imageDigests(tool: ToolDefinition, result: unknown): { imageSha256?: Record<string, string> } {
+  const out: Record<string, string> = {};
+  for (const f of tool.imageResults ?? []) {
+    const img = (result as Record<string, unknown> | undefined)?.[f] as { sha256?: unknown } | undefined;
+    if (typeof img?.sha256 === 'string') out[f] = img.sha256;
+  }
+  return Object.keys(out).length ? { imageSha256: out } : {};
 }

@@ -47,6 +47,15 @@ export class ControlLeases {
     for (const fn of this.listeners) fn(sessionId, holder);
   }
 
+  /**
+   * The holder of a session's live lease at this instant, or null, without waiting: for checks that cannot
+   * (a desktop's input, message by message). A lapsed lease reads as none; current() and sweep() end it.
+   */
+  holderNow(sessionId: string): string | null {
+    const h = this.held.get(sessionId);
+    return h && this.c.clock.now() < h.expiresAt ? h.holder : null;
+  }
+
   /** The live lease of a session, ending (and auditing) one that lapsed. For evaluate. */
   async current(sessionId: string): Promise<ControlLease | null> {
     const h = this.held.get(sessionId);
@@ -134,4 +143,18 @@ export class ControlLeases {
 /** `operator:ten_…` or, through the console, `operator:ten_… (console cs_ab12cd34)`. */
 export function holderName(p: Principal, via: string | null): string {
   return via ? `${who(p)} (${via})` : who(p);
+}
+
+/**
+ * Where one client (of a terminal, of a desktop) stands with the session's control lease: `watcher` (a
+ * watch-only link's viewer: never input), `holder` (it holds the lease), `free` (nobody does) or `excluded`
+ * (someone else does). The one statement of it: terminals let input through for holder and free (then their
+ * own controller decides), desktops only for holder (while nobody holds the lease, the agent drives).
+ */
+export type LeaseStanding = 'watcher' | 'holder' | 'free' | 'excluded';
+
+export function leaseStanding(client: { watchOnly: boolean; holder: string }, lease: string | null): LeaseStanding {
+  if (client.watchOnly) return 'watcher';
+  if (lease === null) return 'free';
+  return lease === client.holder ? 'holder' : 'excluded';
 }

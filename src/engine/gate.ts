@@ -17,6 +17,8 @@
  * (getApproval), or repeats the identical call and gets the stored answer once instead of a second run.
  */
 import { randomUUID } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ControlLeases, DEFAULT_CONTROL_IDLE_MS, type ControlInfo } from './gate-control.js';
 import {
   AppError,
@@ -35,7 +37,7 @@ import {
   type SnapshotRecord,
   type Store,
 } from '../core/index.js';
-import { argsDigest, controlHeld, describeCall, evaluate, prepareArgs, withCanonicalPaths, type UnresolvedPath } from '../policy/index.js';
+import { COMPUTER, argsDigest, controlHeld, describeCall, evaluate, prepareArgs, withCanonicalPaths, type UnresolvedPath } from '../policy/index.js';
 import type {
   CallResult,
   GateInfo,
@@ -60,6 +62,7 @@ import type { ExecLimits, ExecOutcome, SandboxAccess } from './executor.js';
 import { runTool } from './tools-exec.js';
 import { EgressProxy } from './egress.js';
 import type { PendingCounts } from './metering.js';
+import { ScreenshotStore, markedScreenshot } from './screenshots.js';
 
 export interface ToolGateOptions {
   store: Store;
@@ -77,6 +80,8 @@ export interface ToolGateOptions {
   resolve?: (host: string) => Promise<string[]>;
   /** A control lease lapses after this long without activity by its holder, ms. Default DEFAULT_CONTROL_IDLE_MS (10 min). */
   controlIdleMs?: number;
+  /** Where desktop screenshots are kept (engine/screenshots.ts). Default: a folder under the system's tmpdir. */
+  screenshots?: ScreenshotStore;
 }
 
 export const DEFAULT_EXEC_LIMITS: Readonly<ExecLimits> = Object.freeze({
@@ -114,7 +119,11 @@ export class ToolGate implements GateService {
   /** Control leases ("Take control"); evaluate refuses agents' calls while one is held. */
   readonly control: ControlLeases;
 
+  /** Desktop screenshots (engine/screenshots.ts). */
+  readonly screenshots: ScreenshotStore;
+
   constructor(o: ToolGateOptions) {
+    this.screenshots = o.screenshots ?? new ScreenshotStore(join(tmpdir(), 'berth-desktop'));
     const log = o.log ?? (() => undefined);
     this.limits = resolveLimits(o.limits);
     this.c = {
@@ -163,7 +172,9 @@ export class ToolGate implements GateService {
     const r = await visibleSession(this.c, p, sessionId);
     if (p.kind === 'watcher') throw forbiddenForWatcher(); // a watch-only link neither lists nor calls tools
     const row = await this.c.state.row(r);
-    return [...(await this.c.state.installed(row)).values()].map((t) => {
+    // The computer tool is offered where there is a desktop to operate.
+    const offered = [...(await this.c.state.installed(row)).values()].filter((t) => t.name !== COMPUTER.name || r.settings.desktop);
+    return offered.map((t) => {
       let description = t.description;
       if (t.executor.kind === 'builtin' && t.executor.name === 'http.request') {
         const hosts = row.settings.httpAllow;
@@ -197,7 +208,10 @@ export class ToolGate implements GateService {
 
   private async runCall(r: SessionRecord, p: Principal, spec: CallSpec, mode: RunMode): Promise<CallResult> {
     const phase = await this.c.lock.run(r.id, () => this.decide(r.id, p, spec, mode));
-    if ('done' in phase) return phase.done;
+    if ('done' in phase) {
+      if (phase.done.decision === 'pending' && spec.tool === COMPUTER.name) await this.screenForApproval(r, phase.done.approvalId, spec.args);
+      return phase.done;
+    }
     const a = phase.run;
     let out: ExecOutcome;
     try {
@@ -205,6 +219,8 @@ export class ToolGate implements GateService {
         sessionId: r.id,
         sandboxes: this.c.sandboxes,
         limits: this.limits,
+        screen: r.settings.desktop ?? null,
+        keepScreenshot: (png) => this.screenshots.keep(r.id, png, this.c.clock.now()),
         httpAllow: a.httpAllow,
         egressAllowCidr: a.egressAllowCidr,
         ...(this.resolve ? { resolve: this.resolve } : {}),
@@ -299,11 +315,35 @@ export class ToolGate implements GateService {
       ...(spec.step !== undefined ? { claimedStep: spec.step } : {}),
       control,
       caller,
+      screen: r.settings.desktop ?? null,
     });
     if (mode.approvalId && ev.decision.effect === 'ask') {
       throw new AppError('internal', `approval ${mode.approvalId} did not match its own call`, { details: { approvalId: mode.approvalId } });
     }
     return commitDecision(this.c, { session: r, principal: p, gate: g, evaluation: ev, call: spec, mode, base, approval: approval ?? null, tool });
+  }
+
+  /**
+   * A desktop action was parked: the screen as it is now, with the point the action would act on marked, is
+   * kept with the approval (once), so the reviewer sees what would be clicked. Best effort: a screen that
+   * cannot be taken leaves the approval without one, and says so in the log.
+   */
+  private async screenForApproval(r: SessionRecord, approvalId: string, args: unknown): Promise<void> {
+    if (!r.settings.desktop || (await this.screenshots.hasApproval(r.id, approvalId))) return;
+    try {
+      const out = await runTool(COMPUTER, { action: 'screenshot' }, { sessionId: r.id, sandboxes: this.c.sandboxes, limits: this.limits, screen: r.settings.desktop, httpAllow: [] });
+      const shot = (out.output as { screenshot?: { data: string } } | undefined)?.screenshot;
+      if (!shot) throw new Error(out.outputError ?? 'no screenshot');
+      await this.screenshots.putApproval(r.id, approvalId, markedScreenshot(Buffer.from(shot.data, 'base64'), args));
+    } catch (e) {
+      this.c.log(`approval ${approvalId}: the screen could not be kept: ${(e as Error).message}`);
+    }
+  }
+
+  /** The screen kept when a desktop action was parked (PNG). Whoever may see the approval may see it. */
+  async approvalScreenshot(p: Principal, approvalId: string): Promise<Buffer> {
+    const a = await visibleApproval(this.c, p, approvalId);
+    return this.screenshots.approval(a.sessionId, approvalId);
   }
 
   // ---- approvals ----------------------------------------------------------------------------------------

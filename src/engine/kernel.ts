@@ -5,6 +5,7 @@
  * metering and quotas. Rooms depend on this file; it depends on no room and not on SessionManager.
  */
 import {
+  DESKTOP_DISPLAY,
   AppError,
   UnavailableError,
   assertTransition,
@@ -63,6 +64,8 @@ export interface SessionManagerOptions {
   quotaDefaults?: TenantQuotas;
   /** Where terminal recordings go. Default: a berth-terminals folder in the OS temp dir. */
   terminalRecordDir?: string;
+  /** Where desktop screenshots are kept (`<dataDir>/desktop`). Default: a folder under the system's tmpdir. */
+  desktopDir?: string;
 }
 
 export const SYSTEM: Principal = { kind: 'system', id: 'system', tenantId: null };
@@ -205,7 +208,15 @@ export class SessionKernel {
 
   spec(r: SessionRecord, sandboxId: string, identity: SandboxIdentity): SandboxSpec {
     // No network device: the proxy variables point at the agent's loopback listener (engine/egress.ts).
-    return { sandboxId, limits: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus }, env: { ...egressEnv(), ...r.settings.env }, identity, network: 'none' };
+    const desktop: Record<string, string> = r.settings.desktop ? { DISPLAY: DESKTOP_DISPLAY } : {};
+    return {
+      sandboxId,
+      limits: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus },
+      env: { ...egressEnv(), ...desktop, ...r.settings.env },
+      identity,
+      network: 'none',
+      image: r.settings.desktop ? 'desktop' : 'base',
+    };
   }
 
   async info(r: SessionRecord): Promise<SessionInfo> {

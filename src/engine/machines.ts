@@ -26,6 +26,7 @@ import {
 import { normalizeEgressAllow, normalizeEgressCidrs } from '../policy/index.js';
 import type { CreateSessionInput, SessionInfo, SessionListFilter } from './api.js';
 import { newAgentToken } from './auth.js';
+import { startDesktop } from './desktop.js';
 import type { Hibernation } from './hibernation.js';
 import type { SessionKernel } from './kernel.js';
 import { countBytes, foldStats, meteredExec } from './metering.js';
@@ -76,6 +77,9 @@ export class Machines {
     const egressAllow = input.egressAllow === undefined ? undefined : normalizeEgressAllow(input.egressAllow, 'egressAllow');
     const egressAllowCidr = input.egressAllowCidr === undefined ? undefined : normalizeEgressCidrs(input.egressAllowCidr, 'egressAllowCidr');
     const driver = k.driver(backend);
+    if (settings.desktop && !driver.capabilities.images.includes('desktop')) {
+      throw new InvalidArgumentError(`desktop: the ${backend} backend cannot run desktops on this server`, { details: { field: 'desktop', backend } });
+    }
     const id = newId('session');
     await k.idempotency.note(id); // before the record exists: a retry after a crash finds it (engine/idempotency.ts)
     const agentToken = newAgentToken(id);
@@ -90,7 +94,10 @@ export class Machines {
     if (egressAllow || egressAllowCidr) {
       await k.gate.setGate(p, id, { ...(egressAllow ? { egressAllow } : {}), ...(egressAllowCidr ? { egressAllowCidr } : {}) });
     }
-    await k.bringUp(r, driver, () => driver.create(k.spec(r, r.sandboxId as string, r.identity), opts));
+    await k.bringUp(r, driver, async () => {
+      await driver.create(k.spec(r, r.sandboxId as string, r.identity), opts);
+      if (settings.desktop) await startDesktop(driver, r.sandboxId as string, settings.desktop, opts);
+    });
     return { session: await k.info(r), agentToken };
   }
 

@@ -31,12 +31,16 @@ import { portService, type PortService } from './ports.js';
 import { processService, type ProcessService, type ProcessSteps } from './processes.js';
 import type { RequestAudit } from './request-audit.js';
 import { sandboxAccess } from './sandbox-access.js';
+import { ScreenshotStore } from './screenshots.js';
 import { Snapshots } from './snapshots.js';
 import { Tenancy } from './tenancy.js';
 import { DEFAULT_TENANT_ID } from './tenants.js';
 import { templateService, type TemplateService } from './templates.js';
 import { terminalService, type TerminalService } from './terminals.js';
+import { TicketStore } from './tickets.js';
 import { requireOperator, tenantFor } from './visibility.js';
+import { vncService, type VncService } from './vnc.js';
+import { desktopService, type DesktopService } from './desktop-recording.js';
 import { watchLinkService, type WatchLinkService } from './watch-links.js';
 
 export { DEFAULT_TENANT_ID };
@@ -78,6 +82,10 @@ export class SessionManager implements Engine {
   readonly terminals: TerminalService;
   /** Watch-only links to one session's console view (engine/watch-links.ts). */
   readonly watchLinks: WatchLinkService;
+  /** The desktop's VNC server for the console's live view (engine/vnc.ts). */
+  readonly vnc: VncService;
+  /** A desktop's screen and its recording (engine/desktop-recording.ts). */
+  readonly desktop: DesktopService;
 
   get auditProofs(): AuditProofs | undefined {
     return this.o.auditProofs;
@@ -88,7 +96,10 @@ export class SessionManager implements Engine {
     this.idempotency = k.idempotency;
     this.requests = k.requests;
     this.hibernation = new Hibernation(k);
-    this.machines = new Machines({ kernel: k, hibernation: this.hibernation, forget: (id) => this.terminals.forget(id) });
+    this.machines = new Machines({ kernel: k, hibernation: this.hibernation, forget: async (id) => {
+      await this.terminals.forget(id);
+      await this.gate.screenshots.forget(id);
+    } });
     this.snapshots = new Snapshots(k, this.hibernation);
     this.tenancy = new Tenancy(k);
     const machines = this.machines;
@@ -111,7 +122,7 @@ export class SessionManager implements Engine {
     };
     this.processes = processService(steps);
     this.files = fileService(steps);
-    this.gate = new ToolGate({ store: o.store, audit: this.requests.log, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits, meter: (id, f) => k.bump(id, f), egressQuota: (id) => this.checkEgressQuota(id) });
+    this.gate = new ToolGate({ screenshots: new ScreenshotStore(o.desktopDir ?? join(tmpdir(), 'berth-desktop')), store: o.store, audit: this.requests.log, clock: o.clock, sandboxes, log: o.log, limits: o.gateLimits, meter: (id, f) => k.bump(id, f), egressQuota: (id) => this.checkEgressQuota(id) });
     k.attachGate(this.gate);
     for (const d of Object.values(o.drivers)) d?.onExit((sandboxId, reason, last) => void machines.onSandboxExit(sandboxId, reason, last));
     this.templates = templateService({
@@ -132,6 +143,12 @@ export class SessionManager implements Engine {
       return k.record(p, id);
     };
     this.portLinks = portLinkService({ store: o.store, clock: o.clock, ports: this.ports, session, audit: steps.audit });
+    const watchLive: ProcessSteps['live'] = async (p, id, opts) => {
+      await k.record(p, id); // the watcher's own session, in its tenant: else not found
+      const { r, d, sandboxId } = await machines.live(SYSTEM, id, opts);
+      return { tenantId: r.tenantId, d, sandboxId };
+    };
+    const tickets = new TicketStore(() => o.clock.now());
     this.terminals = terminalService({
       ...steps,
       recordDir: o.terminalRecordDir ?? join(tmpdir(), 'berth-terminals'),
@@ -140,12 +157,16 @@ export class SessionManager implements Engine {
         requireOperator(p, id);
         await k.record(p, id);
       },
-      watchLive: async (p, id, opts) => {
-        await k.record(p, id); // the watcher's own session, in its tenant: else not found
-        const { r, d, sandboxId } = await machines.live(SYSTEM, id, opts);
-        return { tenantId: r.tenantId, d, sandboxId };
-      },
+      watchLive,
       leaseHolder: async (id) => (await this.gate.control.current(id))?.holder ?? null,
+      tickets,
+    });
+    this.vnc = vncService({
+      // Only vnc.ts reaches this port service, for DESKTOP_VNC_PORT alone, after its own check of p.
+      ports: portService({ ...steps, live: (p, id, opts) => (p.kind === 'watcher' ? watchLive(p, id, opts) : steps.live(p, id, opts)) }),
+      session: (p, id) => k.record(p, id),
+      leaseHolder: (id) => this.gate.control.holderNow(id),
+      tickets,
     });
     this.watchLinks = watchLinkService({
       store: o.store,
@@ -155,9 +176,13 @@ export class SessionManager implements Engine {
         return { tenantId: (await k.record(p, id)).tenantId };
       },
       audit: async (p, tenantId, id, action, data) => void (await k.audit(p, tenantId, id, action, 'ok', data)),
-      revoked: (l) => this.terminals.closeWatchers(l.sessionId),
+      revoked: (l) => {
+        this.terminals.closeWatchers(l.sessionId);
+        this.vnc.closeWatchers(l.sessionId);
+      },
     });
     this.gate.control.onChange((id, holder) => this.terminals.leaseChanged(id, holder));
+    this.desktop = desktopService({ session, live: (p, id, opts) => machines.live(p, id, opts), audit: steps.audit, meter: steps.meter });
   }
 
   /** Call once, before anything else: creates the default tenant on a new store and starts the gate. */

@@ -1,5 +1,5 @@
 import { availableParallelism } from 'node:os';
-import { BACKENDS, ConfigError, InvalidArgumentError, isBackendName, type BackendName, type SessionSettings } from '../core/index.js';
+import { BACKENDS, ConfigError, DEFAULT_SCREEN, InvalidArgumentError, SCREEN_LIMITS, isBackendName, type BackendName, type DesktopSettings, type SessionSettings } from '../core/index.js';
 import type { CreateSessionInput } from './api.js';
 
 /** Defaults for new sessions. Every value documents its unit. */
@@ -55,6 +55,20 @@ export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): 
       cpus: num('cpus', input.cpus ?? d.cpus, LIMITS.cpus.min, LIMITS.cpus.max, false),
       idleTimeoutS: num('idleTimeoutS', input.idleTimeoutS ?? d.idleTimeoutS, LIMITS.idleTimeoutS.min, LIMITS.idleTimeoutS.max, true),
       env: { ...env },
+      ...desktopSettings(input.desktop),
+    },
+  };
+}
+
+/** `desktop: true` is the default screen; an object gives its size. Out of range: invalid_argument. */
+function desktopSettings(v: CreateSessionInput['desktop']): { desktop?: DesktopSettings } {
+  if (v === undefined || v === false) return {};
+  if (v === true) return { desktop: { ...DEFAULT_SCREEN } };
+  if (typeof v !== 'object' || v === null) throw new InvalidArgumentError('desktop: must be true or {width, height}', { details: { field: 'desktop' } });
+  return {
+    desktop: {
+      width: num('desktop.width', v.width ?? DEFAULT_SCREEN.width, SCREEN_LIMITS.min, SCREEN_LIMITS.maxWidth, true),
+      height: num('desktop.height', v.height ?? DEFAULT_SCREEN.height, SCREEN_LIMITS.min, SCREEN_LIMITS.maxHeight, true),
     },
   };
 }

@@ -17,8 +17,8 @@ export interface PortConnection {
 }
 
 export interface PortOpenOptions {
-  /** How the connection came (audited). Default 'proxy'. */
-  via?: 'proxy' | 'forward' | 'link';
+  /** How the connection came (audited): the HTTP proxy, a TCP forward, a port link, a desktop's VNC view. Default 'proxy'. */
+  via?: 'proxy' | 'forward' | 'link' | 'desktop';
   /** With via 'link': the link's id, audited with each connection. */
   linkId?: string;
 }

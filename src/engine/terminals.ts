@@ -35,10 +35,11 @@ import {
   type TerminalInfo,
 } from '../core/index.js';
 import { randomBytes } from 'node:crypto';
-import { holderName } from './gate-control.js';
+import { holderName, leaseStanding } from './gate-control.js';
 import { forbiddenForWatcher } from './gate-context.js';
 import type { ProcessSteps } from './processes.js';
 import { TerminalRecorder } from './terminal-record.js';
+import type { TicketStore } from './tickets.js';
 
 const { Terminal } = xtermHeadless;
 const { SerializeAddon } = serializeAddon;
@@ -46,8 +47,6 @@ type HeadlessTerminal = InstanceType<typeof Terminal>;
 
 /** Lines of scrollback the host model keeps (what a late joiner gets above the screen). */
 export const TERMINAL_SCROLLBACK = 1000;
-/** How long a ticket from tickets() may wait for its WebSocket, ms. */
-export const TICKET_TTL_MS = 60_000;
 
 export interface TerminalOpenRequest {
   cols: number;
@@ -132,6 +131,8 @@ export interface TerminalSteps extends ProcessSteps {
   leaseHolder(sessionId: string): Promise<string | null>;
   /** The live sandbox for a watch-only link's viewer of its own session (not found for any other). */
   watchLive: ProcessSteps['live'];
+  /** Browser WebSocket tickets (engine/tickets.ts), shared with desktops. */
+  tickets: TicketStore;
 }
 
 /** Input or a resize from a client that only watches: refused server-side (code forbidden, reason not_controller). */
@@ -249,7 +250,8 @@ class Hub {
 
   join(sink: TerminalSink, want: 'control' | 'watch', holder: string, watchOnly: boolean): ClientState {
     const c: ClientState = { id: `cli_${randomBytes(8).toString('hex')}`, holder, watchOnly, sink, pending: [] };
-    if (want === 'control' && !watchOnly && this.controller === null && !this.exit && (this.lease === null || this.lease === holder)) this.controller = c.id;
+    const standing = leaseStanding(c, this.lease);
+    if (want === 'control' && (standing === 'free' || standing === 'holder') && this.controller === null && !this.exit) this.controller = c.id;
     this.clients.set(c.id, c);
     sink.control({ type: 'hello', termId: this.termId, clientId: c.id, role: this.controller === c.id ? 'controller' : 'watcher', cols: this.model.cols, rows: this.model.rows, leaseHolder: this.lease });
     // Everything written to the model before this empty write is in the screen; chunks after it wait in
@@ -276,8 +278,7 @@ class Hub {
   setController(id: string | null): void {
     const c = id === null ? null : this.clients.get(id);
     if (id !== null && !c) throw new NotFoundError('terminal client', id);
-    if (c?.watchOnly) throw forbiddenForWatcher();
-    if (c && this.lease !== null && c.holder !== this.lease) throw new LeaseHeldError(this.sessionId, this.termId, this.lease, 'hold input on');
+    if (c) this.leaseCheck(c, 'hold input on');
     const before = this.controller;
     this.controller = id;
     if (before && before !== id) this.clients.get(before)?.sink.control({ type: 'role', role: 'watcher', leaseHolder: this.lease });
@@ -290,14 +291,20 @@ class Hub {
     this.lease = holder;
     this.rec.marker(holder ? `control lease: ${holder} holds input` : 'control lease ended', this.now());
     const ctl = this.controller === null ? undefined : this.clients.get(this.controller);
-    if (holder !== null && ctl && ctl.holder !== holder) this.controller = null;
+    if (ctl && leaseStanding(ctl, holder) === 'excluded') this.controller = null;
     for (const c of this.clients.values()) c.sink.control({ type: 'role', role: this.controller === c.id ? 'controller' : 'watcher', leaseHolder: holder });
   }
 
-  /** Refuses `what` for a client who is not the lease holder while a lease is held, then one who is not the controller. */
+  /** Refuses `what` for a client the lease leaves out: a watcher, or anyone but the holder while a lease is held. */
+  leaseCheck(c: ClientState, what: string): void {
+    const standing = leaseStanding(c, this.lease);
+    if (standing === 'watcher') throw forbiddenForWatcher();
+    if (standing === 'excluded') throw new LeaseHeldError(this.sessionId, this.termId, this.lease as string, what);
+  }
+
+  /** Refuses `what` for a client the lease leaves out, then one who is not the controller. */
   private mayInput(c: ClientState, what: string): void {
-    if (c.watchOnly) throw forbiddenForWatcher();
-    if (this.lease !== null && c.holder !== this.lease) throw new LeaseHeldError(this.sessionId, this.termId, this.lease, what);
+    this.leaseCheck(c, what);
     if (this.controller !== c.id) throw new NotControllerError(this.termId, this.controller, what);
   }
 
@@ -341,7 +348,7 @@ class Hub {
 export function terminalService(m: TerminalSteps): TerminalService {
   const hubs = new Map<string, Hub>();
   const opening = new Map<string, Promise<Hub>>();
-  const tickets = new Map<string, { principal: Principal; via: string | null; sessionId: string; termId: string; expiresAt: number }>();
+  const { tickets } = m;
   /** Asks the gate for the lease (ending a lapsed one, which reaches the hubs through leaseChanged). */
   const syncLease = async (hub: Hub) => hub.setLease(await m.leaseHolder(hub.sessionId));
 
@@ -426,7 +433,7 @@ export function terminalService(m: TerminalSteps): TerminalService {
         async takeControl() {
           if (watchOnly) throw forbiddenForWatcher();
           await syncLease(hub);
-          if (hub.lease !== null && c.holder !== hub.lease) throw new LeaseHeldError(sessionId, termId, hub.lease, 'hold input on');
+          hub.leaseCheck(c, 'hold input on');
           if (hub.controller !== null && hub.controller !== c.id) return false;
           if (hub.exit || !hub.clients.has(c.id)) return false;
           hub.setController(c.id);
@@ -457,20 +464,11 @@ export function terminalService(m: TerminalSteps): TerminalService {
     async ticket(p, sessionId, termId, opts = {}) {
       checkTermId(termId);
       await this.get(p, sessionId, termId, opts);
-      const now = m.now();
-      for (const [k, t] of tickets) if (t.expiresAt <= now) tickets.delete(k);
-      const ticket = `ttk_${randomBytes(24).toString('base64url')}`;
-      const expiresAt = now + TICKET_TTL_MS;
-      tickets.set(ticket, { principal: p, via: opts.via ?? null, sessionId, termId, expiresAt });
-      return { ticket, expiresAt };
+      return tickets.issue(p, `${sessionId}/${termId}`, opts.via ?? null);
     },
 
     redeem(ticket, sessionId, termId) {
-      const t = tickets.get(ticket);
-      if (!t) return null;
-      tickets.delete(ticket); // single use, whatever happens next
-      if (t.expiresAt <= m.now() || t.sessionId !== sessionId || t.termId !== termId) return null;
-      return { principal: t.principal, via: t.via };
+      return tickets.redeem(ticket, `${sessionId}/${termId}`);
     },
 
     closeWatchers(sessionId) {

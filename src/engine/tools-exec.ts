@@ -9,6 +9,7 @@ import { parseCommandOutput, type ToolDefinition } from '../policy/index.js';
 import { HeadTail, streamFields } from './exec-output.js';
 import type { ExecContext, ExecOutcome } from './executor.js';
 import { HOME } from './gate-state.js';
+import { runComputer } from './tools-computer.js';
 import { decodeUtf8, httpRequest } from './tools-http.js';
 
 const enc = new TextEncoder();
@@ -116,6 +117,9 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
         output: { path, truncated: false, entries: entries.map((e) => ({ name: e.name, type: e.type, size: e.size, mode: e.mode, mtimeMs: e.mtimeMs })) },
       };
     }
+    case 'computer':
+      if (!ctx.screen) return { outputError: 'this session has no desktop' };
+      return runComputer(args, ctx, { screen: ctx.screen, ...(ctx.keepScreenshot ? { keep: ctx.keepScreenshot } : {}) });
     case 'http.request':
       return httpRequest(args, {
         allow: ctx.httpAllow,

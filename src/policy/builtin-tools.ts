@@ -15,6 +15,7 @@
  *   `action in Action::"read"` lie. Policies see `context.args.method` instead; the default policy permits
  *   GET and HEAD and sends every other method to approval.
  */
+import { COMPUTER } from './computer-tool.js';
 import { defineTool } from './tools.js';
 import type { BuiltinToolName, JsonSchema, ToolDefinition } from './types.js';
 
@@ -198,7 +199,7 @@ export const HTTP_REQUEST = defineTool({
   opaqueArgs: ['body'],
 });
 
-export const BUILTIN_TOOLS: readonly ToolDefinition[] = Object.freeze([SHELL_EXEC, FS_READ, FS_WRITE, FS_LIST, HTTP_REQUEST]);
+export const BUILTIN_TOOLS: readonly ToolDefinition[] = Object.freeze([SHELL_EXEC, FS_READ, FS_WRITE, FS_LIST, HTTP_REQUEST, COMPUTER]);
 
 const BY_NAME: ReadonlyMap<string, ToolDefinition> = new Map(BUILTIN_TOOLS.map((t) => [t.name, t]));
 

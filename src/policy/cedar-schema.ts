@@ -13,7 +13,8 @@
  * Each tool action gets its own `args` record, derived from the top level of its input schema, so strict
  * validation knows that `context.args.command` exists for shell.exec and refuses a policy that reads it
  * for fs.read without `has`. Arguments map as: string → String, integer → Long, boolean → Bool, array of
- * those → Set; arguments of other shapes (objects such as env or headers, numbers, unions) and the
+ * those → Set, except an array of exactly 2 integers (a point [x, y]) → {x: Long, y: Long} and of exactly 4
+ * (a region [x0, y0, x1, y1]) → {x0, y0, x1, y1}, since a Set would lose which number is which; arguments of other shapes (objects such as env or headers, numbers, unions) and the
  * tool's opaqueArgs are not visible to policy. An argument is required when the input schema requires it.
  */
 import { InvalidArgumentError } from '../core/index.js';
@@ -24,10 +25,19 @@ import { RISKS, type ToolDefinition } from './types.js';
 export const NET_CONNECT = 'net.connect';
 
 type Scalar = 'String' | 'Long' | 'Boolean';
+type Shape = 'Point' | 'Region';
 interface ArgSpec {
   name: string;
-  kind: Scalar | `Set<${Scalar}>`;
+  kind: Scalar | `Set<${Scalar}>` | Shape;
   required: boolean;
+}
+
+const SHAPE_FIELDS: Readonly<Record<Shape, readonly string[]>> = { Point: ['x', 'y'], Region: ['x0', 'y0', 'x1', 'y1'] };
+
+/** An integer array of fixed length 2 or 4: a point or a region. */
+function shapeOf(s: Record<string, unknown>): Shape | undefined {
+  if (scalarOf(s.items) !== 'Long' || s.minItems !== s.maxItems) return undefined;
+  return s.minItems === 2 ? 'Point' : s.minItems === 4 ? 'Region' : undefined;
 }
 
 /** How one tool's arguments appear in Cedar: the record type and the projection of a call's arguments. */
@@ -48,6 +58,9 @@ function scalarOf(s: unknown): Scalar | undefined {
 }
 
 function cedarType(kind: ArgSpec['kind']): TypeOfAttribute<string> {
+  if (kind === 'Point' || kind === 'Region') {
+    return { type: 'Record', attributes: Object.fromEntries(SHAPE_FIELDS[kind].map((f) => [f, { type: 'Long', required: true }])) } as TypeOfAttribute<string>;
+  }
   if (kind.startsWith('Set<')) return { type: 'Set', element: { type: kind.slice(4, -1) as Scalar } };
   return { type: kind as Scalar };
 }
@@ -61,6 +74,11 @@ function projectValue(tool: string, name: string, kind: ArgSpec['kind'], v: unkn
       details: { tool, argument: name },
     });
   };
+  if (kind === 'Point' || kind === 'Region') {
+    const fields = SHAPE_FIELDS[kind];
+    if (!Array.isArray(v) || v.length !== fields.length) throw new InvalidArgumentError(`argument ${name} of ${tool} must be an array of ${fields.length} integers`, { details: { tool, argument: name } });
+    return Object.fromEntries(fields.map((f, i) => [f, scalar(v[i], 'Long')]));
+  }
   if (kind.startsWith('Set<')) {
     if (!Array.isArray(v)) throw new InvalidArgumentError(`argument ${name} of ${tool} must be an array`, { details: { tool, argument: name } });
     const k = kind.slice(4, -1) as Scalar;
@@ -79,7 +97,7 @@ export function argsProjection(tool: ToolDefinition): ArgsProjection {
     let kind: ArgSpec['kind'] | undefined = scalarOf(s);
     if (!kind && (s as Record<string, unknown> | null)?.type === 'array') {
       const el = scalarOf((s as Record<string, unknown>).items);
-      if (el) kind = `Set<${el}>`;
+      if (el) kind = shapeOf(s as Record<string, unknown>) ?? `Set<${el}>`;
     }
     if (kind) specs.push({ name, kind, required: required.has(name) });
   }

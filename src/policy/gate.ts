@@ -38,7 +38,8 @@
  * Breaker outcomes: evaluate records a refusal at stages 1–4 as a failure of that call (an agent retrying a
  * refused call in a loop trips the breaker); checkResult records the executed call's outcome.
  */
-import { InvalidStateError } from '../core/index.js';
+import { InvalidStateError, pngInfo, sha256Hex, type DesktopSettings } from '../core/index.js';
+import { computerArgProblem } from './computer-tool.js';
 import { argsDigest, checkApproval } from './approval.js';
 import { isCanonicalPath } from './args.js';
 import { checkBreaker, recordCall, recordOutcome } from './breaker.js';
@@ -104,6 +105,8 @@ export interface EvaluateInput {
    * operator runs) are the human acting. Default 'agent'.
    */
   caller?: 'agent' | 'operator';
+  /** The session's desktop screen (the `computer` tool checks its points against it); null: no desktop. */
+  screen?: DesktopSettings | null;
 }
 
 export interface UnresolvedPath {
@@ -248,6 +251,12 @@ export function evaluate(input: EvaluateInput): Evaluation {
       'path argument cannot be resolved',
       { argument: unresolved.arg, error: unresolved.code },
     );
+  }
+  if (tool.executor.kind === 'builtin' && tool.executor.name === 'computer') {
+    const problem = computerArgProblem(a, input.screen ?? null);
+    if (problem) {
+      return deny('arguments', 'invalid_arguments', `the arguments for computer are invalid, so it was not run: ${problem}. Fix them and call again`, problem, { argument: 'computer' });
+    }
   }
   for (const p of tool.pathArgs ?? []) {
     const val = a[p];
@@ -461,6 +470,8 @@ export function checkResult(input: ResultInput): ResultCheck {
   if (input.outputError !== undefined) return invalid([input.outputError]);
   const v = validateResult(tool, output);
   if (!v.ok) return invalid(v.errors);
+  const images = imageErrors(tool, output);
+  if (images.length) return invalid(images);
   const failed = ranButFailed(tool, output);
   return {
     ok: true,
@@ -482,4 +493,19 @@ export function parseCommandOutput(stdout: string, opts: { truncated: boolean })
   } catch (e) {
     return { ok: false, error: `stdout is not JSON (${(e as Error).message})` };
   }
+}
+
+/** Each of a tool's image results must be the PNG it declares: its size, and the digest it carries. */
+function imageErrors(tool: ToolDefinition, output: unknown): string[] {
+  const errors: string[] = [];
+  for (const field of tool.imageResults ?? []) {
+    const img = (output as Record<string, unknown>)[field] as { data?: unknown; width?: unknown; height?: unknown; sha256?: unknown } | undefined;
+    if (img === undefined) continue;
+    const bytes = Buffer.from(String(img.data), 'base64');
+    const info = pngInfo(bytes);
+    if (!info) errors.push(`${field} is not a PNG`);
+    else if (info.width !== img.width || info.height !== img.height) errors.push(`${field} is ${info.width}x${info.height}, not the ${String(img.width)}x${String(img.height)} it declares`);
+    else if (img.sha256 !== undefined && img.sha256 !== sha256Hex(bytes)) errors.push(`${field} does not match its sha256`);
+  }
+  return errors;
 }

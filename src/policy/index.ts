@@ -16,3 +16,4 @@ export * from './args.js';
 export * from './egress.js';
 export * from './gate.js';
 export * from './egress.js';
+export * from './computer-tool.js';

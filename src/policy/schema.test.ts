@@ -95,7 +95,7 @@ describe('tool definitions', () => {
   });
 
   it('built-in tools are valid definitions with output schemas', () => {
-    expect(BUILTIN_TOOLS.map((t) => t.name).sort()).toEqual(['fs.list', 'fs.read', 'fs.write', 'http.request', 'shell.exec']);
+    expect(BUILTIN_TOOLS.map((t) => t.name).sort()).toEqual(['computer', 'fs.list', 'fs.read', 'fs.write', 'http.request', 'shell.exec']);
     for (const t of BUILTIN_TOOLS) expect(defineTool({ ...t })).toEqual(t);
   });
 });

@@ -12,7 +12,7 @@ const TOOL_NAME_RE = /^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$/;
 const MAX_TOOL_NAME = 64;
 /** The Cedar action groups (a tool of the same name would be its own group) and net.connect (egress). */
 const RESERVED_NAMES: ReadonlySet<string> = new Set([...RISKS, 'net.connect']);
-const BUILTIN_EXECUTORS: ReadonlySet<string> = new Set(['shell.exec', 'fs.read', 'fs.write', 'fs.list', 'http.request']);
+const BUILTIN_EXECUTORS: ReadonlySet<string> = new Set(['shell.exec', 'fs.read', 'fs.write', 'fs.list', 'http.request', 'computer']);
 const DEFINITION_KEYS: ReadonlySet<string> = new Set([
   'name',
   'description',
@@ -22,6 +22,7 @@ const DEFINITION_KEYS: ReadonlySet<string> = new Set([
   'executor',
   'pathArgs',
   'opaqueArgs',
+  'imageResults',
 ]);
 
 function bad(name: string, field: string, message: string, cause?: unknown): InvalidArgumentError {
@@ -55,11 +56,11 @@ function checkExecutor(name: string, ex: unknown): ToolExecutor {
   throw bad(name, 'executor.kind', 'must be "builtin" or "command"');
 }
 
-function checkArgList(name: string, field: string, list: unknown, props: Record<string, unknown>): readonly string[] | undefined {
+function checkArgList(name: string, field: string, list: unknown, props: Record<string, unknown>, schema = 'inputSchema'): readonly string[] | undefined {
   if (list === undefined) return undefined;
   if (!Array.isArray(list) || !list.every((a) => typeof a === 'string')) throw bad(name, field, 'must be an array of strings');
   for (const a of list as string[]) {
-    if (!(a in props)) throw bad(name, field, `names ${JSON.stringify(a)}, which is not a property of inputSchema`);
+    if (!(a in props)) throw bad(name, field, `names ${JSON.stringify(a)}, which is not a property of ${schema}`);
   }
   return Object.freeze([...(list as string[])]);
 }
@@ -88,6 +89,8 @@ export function defineTool(def: unknown): ToolDefinition {
   const props = ((input as Record<string, unknown>).properties ?? {}) as Record<string, unknown>;
   const pathArgs = checkArgList(name, 'pathArgs', d.pathArgs, props);
   const opaqueArgs = checkArgList(name, 'opaqueArgs', d.opaqueArgs, props);
+  const outProps = ((d.outputSchema as Record<string, unknown> | null)?.properties ?? {}) as Record<string, unknown>;
+  const imageResults = checkArgList(name, 'imageResults', d.imageResults, outProps, 'outputSchema');
   const out: ToolDefinition = {
     name: d.name,
     description: d.description,
@@ -98,5 +101,6 @@ export function defineTool(def: unknown): ToolDefinition {
   };
   if (pathArgs) out.pathArgs = pathArgs;
   if (opaqueArgs) out.opaqueArgs = opaqueArgs;
+  if (imageResults) out.imageResults = imageResults;
   return Object.freeze(out);
 }

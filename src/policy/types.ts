@@ -12,7 +12,7 @@ export type Risk = (typeof RISKS)[number];
 export type { JsonSchema } from '../core/index.js';
 import type { JsonSchema } from '../core/index.js';
 
-export type BuiltinToolName = 'shell.exec' | 'fs.read' | 'fs.write' | 'fs.list' | 'http.request';
+export type BuiltinToolName = 'shell.exec' | 'fs.read' | 'fs.write' | 'fs.list' | 'http.request' | 'computer';
 
 export type ToolExecutor =
   | { kind: 'builtin'; name: BuiltinToolName }
@@ -41,6 +41,12 @@ export interface ToolDefinition {
    * Default: none.
    */
   opaqueArgs?: readonly string[];
+  /**
+   * Top-level result fields that are images ({mimeType: 'image/png', data: base64, width, height}): the
+   * result stage checks each is a PNG of the declared size, and MCP returns them as image content.
+   * Default: none.
+   */
+  imageResults?: readonly string[];
 }
 
 /**

@@ -52,6 +52,8 @@ export interface ApprovalView {
   usedAt: string | null;
   /** The call's answer once it ran (or was refused for good). */
   result: CallResultView | null;
+  /** computer calls: where the screen kept when the call was parked is (PNG, its point marked; 404 when none was kept). */
+  screenshotUrl: string | null;
 }
 
 export interface ApprovalListView {
@@ -88,6 +90,7 @@ export interface ToolDefinitionView {
   executor: Record<string, unknown>;
   pathArgs?: string[];
   opaqueArgs?: string[];
+  imageResults?: string[];
   builtin: boolean;
   updatedAt: string | null;
   updatedBy: string | null;
@@ -214,6 +217,7 @@ export function toApprovalView(a: ApprovalRecord): ApprovalView {
     reason: a.reason,
     usedAt: isoOrNull(a.usedAt),
     result: a.result as CallResultView | null,
+    screenshotUrl: a.tool === 'computer' ? `/v1/approvals/${a.id}/screenshot` : null,
   };
 }
 

@@ -10,3 +10,5 @@ export * from './quotas.js';
 export * from './templates.js';
 export * from './terminals.js';
 export * from './port-links.js';
+export * from './vnc.js';
+export * from './desktop.js';

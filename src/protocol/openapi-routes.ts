@@ -16,6 +16,8 @@ import * as T from './templates.js';
 import * as V from './view-schemas.js';
 import * as TM from './terminals.js';
 import * as PL from './port-links.js';
+import * as VNC from './vnc.js';
+import * as DSK from './desktop.js';
 
 export type Method = 'get' | 'post' | 'put' | 'delete';
 
@@ -201,6 +203,56 @@ export const ROUTES: RouteDoc[] = [
   { method: 'post', path: '/v1/sessions/:id/terminals/:termId/kill', summary: "Signal a terminal's process group (default SIGTERM)", tag: 'terminals', auth: 'operator', body: json(TM.TerminalKillBodySchema), responses: { 200: json(TM.TerminalKillViewSchema) } },
   { method: 'post', path: '/v1/sessions/:id/terminals/:termId/tickets', summary: 'A single-use ticket (60 s) to attach a WebSocket with ?ticket= (browsers cannot set headers)', tag: 'terminals', auth: 'operator', responses: { 201: json(TM.TerminalTicketViewSchema) } },
   { method: 'get', path: '/v1/sessions/:id/terminals/:termId/recording', summary: 'The asciicast v2 recording of the terminal', tag: 'terminals', auth: 'operator', responses: { 200: { kind: 'bytes', description: 'asciicast v2 (JSON lines)', mediaType: TM.ASCIICAST } } },
+  // ---- a desktop's live view (issue 11); the WebSocket (GET …/desktop/vnc with Upgrade) is served beside this table ----
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/desktop/tickets',
+    summary: "A single-use ticket (60 s) to open the desktop's live view with ?ticket= (browsers cannot set headers)",
+    description:
+      '`GET /v1/sessions/:id/desktop/vnc` with `Upgrade: websocket` (Authorization: Bearer, or ?ticket= from this route) joins the caller to the VNC server of a session created with a desktop: RFB 3.8 in binary frames both ways (subprotocol `binary` answered when asked; security type None, as Berth authenticated the socket). Only the holder of the session\'s control lease may act: anyone else\'s keys, pointer, clipboard and resize requests are dropped by the server while the view stays live; watchers (watch links) may look. A client stream the server cannot read is closed with 1002 and a reason. Before the upgrade: 401, 404, 409 invalid_state (details.reason no_desktop).',
+    tag: 'desktop',
+    auth: 'operator',
+    responses: { 201: json(VNC.DesktopTicketViewSchema) },
+  },
+  // ---- a desktop's recording (issue 11): a video per session, kept inside its machine ----
+  {
+    method: 'get',
+    path: '/v1/sessions/:id/desktop',
+    summary: "The desktop's screen and its recording's state",
+    description: 'A session created without a desktop: 409 invalid_state (details.reason no_desktop). Wakes a hibernated session (the state is kept inside its machine).',
+    tag: 'desktop',
+    auth: 'operator',
+    responses: { 200: json(DSK.DesktopViewSchema) },
+  },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/desktop/recording/start',
+    summary: 'Start recording the desktop (MPEG-TS, 5 fps, capped); replaces an earlier video',
+    description: 'Answers once the first frame is written (at most about 15 s; ffmpeg takes 1-4 s to start). ffmpeg runs inside the machine as a background process (`berth ps` lists it) and stops by itself at the cap. The video belongs to the machine: hibernate and wake keep it (and a running recording goes on), terminate removes it, a fork branch gets a copy that its own recording continues. 409 conflict while a recording runs; 409 invalid_state (no_desktop) without a desktop. Audited `session.desktop.record.start`.',
+    tag: 'desktop',
+    auth: 'operator',
+    body: json(DSK.RecordingStartBodySchema, 'no body, {}, or {maxBytes}'),
+    responses: { 200: json(DSK.DesktopRecordingViewSchema) },
+  },
+  {
+    method: 'post',
+    path: '/v1/sessions/:id/desktop/recording/stop',
+    summary: 'Stop recording (the video stays); answers once ffmpeg has exited',
+    description: 'Nothing recording: `stopped: false` and the state, not an error. Audited `session.desktop.record.stop` when it stopped one.',
+    tag: 'desktop',
+    auth: 'operator',
+    body: json(S.EmptyBodySchema, 'no body, or {}'),
+    responses: { 200: json(DSK.DesktopRecordingStopViewSchema) },
+  },
+  {
+    method: 'get',
+    path: '/v1/sessions/:id/desktop/recording',
+    summary: 'The video so far (MPEG-TS, whole packets), streamed',
+    description: 'Readable while recording (the bytes written so far). 404 not_found (details.reason no_recording) when nothing was recorded.',
+    tag: 'desktop',
+    auth: 'operator',
+    responses: { 200: { kind: 'bytes', mediaType: DSK.MPEG_TS, description: 'the video, MPEG transport stream (H.264)' } },
+  },
   // ---- files ----
   {
     method: 'put',
@@ -395,6 +447,7 @@ export const ROUTES: RouteDoc[] = [
   { method: 'get', path: '/v1/tools', summary: 'Every tool of the tenant, built-ins included', tag: 'gate', auth: 'operator', query: G.TenantQuerySchema, responses: { 200: json(V.ToolDefinitionListViewSchema) } },
   { method: 'get', path: '/v1/approvals', summary: 'List approvals', tag: 'gate', auth: 'operator', query: G.ApprovalsQuerySchema, responses: { 200: json(V.ApprovalListViewSchema) } },
   { method: 'post', path: '/v1/approvals/:id/approve', summary: 'Approve a parked call; it runs at once', tag: 'gate', auth: 'operator', body: json(S.EmptyBodySchema), responses: { 200: json(V.ApprovalViewSchema) } },
+  { method: 'get', path: '/v1/approvals/:id/screenshot', summary: 'The screen kept when a computer call was parked, its point marked', tag: 'gate', auth: 'operator', responses: { 200: { kind: 'bytes', description: 'PNG', mediaType: 'image/png' } } },
   { method: 'post', path: '/v1/approvals/:id/deny', summary: 'Deny a parked call', tag: 'gate', auth: 'operator', body: json(G.DenyBodySchema), responses: { 200: json(V.ApprovalViewSchema) } },
   { method: 'get', path: '/v1/sessions/:id/gate', summary: "A session's gate settings and breaker", tag: 'gate', auth: 'operator', responses: { 200: json(V.GateViewSchema) } },
   { method: 'put', path: '/v1/sessions/:id/gate', summary: 'Change gate settings (fields left out keep their value)', tag: 'gate', auth: 'operator', body: json(G.GateSettingsBodySchema), responses: { 200: json(V.GateViewSchema) } },

@@ -5,6 +5,7 @@
  */
 import * as z from 'zod';
 import { BACKENDS } from '../core/sandbox.js';
+import { SCREEN_LIMITS } from '../core/desktop.js';
 import { SESSION_STATES } from '../core/state.js';
 import type * as T from './types.js';
 
@@ -93,6 +94,15 @@ export const CreateSessionBodySchema = z.strictObject({
   template: z.string().min(1).max(LIMITS.nameChars).optional(),
   egressAllow: z.array(z.string().min(1).max(300)).max(256).optional(),
   egressAllowCidr: z.array(z.string().min(1).max(64)).max(256).optional(),
+  desktop: z
+    .union([
+      z.boolean(),
+      z.strictObject({
+        width: int(SCREEN_LIMITS.min, SCREEN_LIMITS.maxWidth).optional(),
+        height: int(SCREEN_LIMITS.min, SCREEN_LIMITS.maxHeight).optional(),
+      }),
+    ])
+    .optional(),
 });
 
 export const ExecBodySchema = z.strictObject({

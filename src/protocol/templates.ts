@@ -8,7 +8,8 @@ import type { SnapshotRecord } from '../core/records.js';
 import { AbsolutePath, BackendSchema, EnvRecord, LIMITS } from './schemas.js';
 import type { BackendName } from '../core/sandbox.js';
 import type { SessionSettingsView, WireError } from './types.js';
-import { iso } from './views.js';
+import { iso, settingsView } from './views.js';
+import { SessionSettingsViewSchema } from './view-schemas.js';
 
 export const TEMPLATE_LIMITS = {
   /** Commands of one recipe. */
@@ -90,7 +91,7 @@ export interface TemplateListView {
   templates: TemplateView[];
 }
 
-const SettingsView = z.strictObject({ memoryMb: z.number().int(), cpus: z.number(), idleTimeoutS: z.number().int(), env: z.array(z.string()) });
+const SettingsView = SessionSettingsViewSchema;
 
 export const TemplateViewSchema = z.strictObject({
   name: z.string(),
@@ -123,7 +124,7 @@ export function toTemplateView(r: SnapshotRecord): TemplateView {
     sizeBytes: r.sizeBytes,
     createdAt: iso(r.createdAt),
     createdBy: r.template?.createdBy ?? '',
-    settings: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus, idleTimeoutS: r.settings.idleTimeoutS, env: Object.keys(r.settings.env).sort() },
+    settings: settingsView(r.settings),
   };
 }
 

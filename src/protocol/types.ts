@@ -10,6 +10,8 @@ export interface SessionSettingsView {
   idleTimeoutS: number;
   /** The names of the environment variables given at create. Their values are secrets: never shown back. */
   env: string[];
+  /** The desktop's screen, pixels; null without a desktop. */
+  desktop: { width: number; height: number } | null;
 }
 
 export interface MeteringView {
@@ -104,6 +106,8 @@ export interface CreateSessionBody {
   egressAllow?: string[];
   /** Loopback, private, link-local and metadata ranges (CIDRs) the session may reach anyway; default none. */
   egressAllowCidr?: string[];
+  /** A desktop (Xvfb, openbox, VNC; the `computer` tool): true for the default 1280x800 screen, or its size in pixels. Default none. */
+  desktop?: boolean | { width?: number; height?: number };
 }
 
 export interface ExecBody {

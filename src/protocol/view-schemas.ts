@@ -19,6 +19,7 @@ export const SessionSettingsViewSchema = z.strictObject({
   cpus: z.number(),
   idleTimeoutS: z.number().int(),
   env: z.array(z.string()),
+  desktop: z.strictObject({ width: z.number().int(), height: z.number().int() }).nullable(),
 });
 
 export const MeteringViewSchema = z.strictObject({
@@ -210,6 +211,7 @@ export const ApprovalViewSchema = z.strictObject({
   reason: z.string().nullable(),
   usedAt: IsoOrNull,
   result: CallResultViewSchema.nullable(),
+  screenshotUrl: z.string().nullable(),
 });
 export const ApprovalListViewSchema = z.strictObject({ approvals: z.array(ApprovalViewSchema) });
 export const PolicyViewSchema = z.strictObject({
@@ -231,6 +233,7 @@ export const ToolDefinitionViewSchema = z.strictObject({
   executor: JsonObject,
   pathArgs: z.array(z.string()).optional(),
   opaqueArgs: z.array(z.string()).optional(),
+  imageResults: z.array(z.string()).optional(),
   builtin: z.boolean(),
   updatedAt: IsoOrNull,
   updatedBy: z.string().nullable(),

@@ -17,8 +17,9 @@ export function iso(ms: number): string {
   return new Date(ms).toISOString();
 }
 
-function settingsView(s: SessionSettings): SessionSettingsView {
-  return { memoryMb: s.memoryMb, cpus: s.cpus, idleTimeoutS: s.idleTimeoutS, env: Object.keys(s.env).sort() };
+export function settingsView(s: SessionSettings): SessionSettingsView {
+  const desktop = s.desktop ? { width: s.desktop.width, height: s.desktop.height } : null;
+  return { memoryMb: s.memoryMb, cpus: s.cpus, idleTimeoutS: s.idleTimeoutS, env: Object.keys(s.env).sort(), desktop };
 }
 
 /** Millisecond precision, in seconds. */

@@ -71,6 +71,12 @@ export class ApprovalsApi {
     return this.t.json<ApprovalView>('GET', `${ses(sessionId)}/approvals/${enc(approvalId)}`, { signal: opts.signal });
   }
   /** Approves and runs the call at once; resolves with the approval holding the call's result. */
+  /** The screen (PNG) kept when a computer call was parked, with the point it would act on marked. */
+  async screenshot(approvalId: string, opts: CallOpts = {}): Promise<Uint8Array> {
+    const { res } = await this.t.send('GET', `/approvals/${enc(approvalId)}/screenshot`, { signal: opts.signal });
+    return new Uint8Array(await res.arrayBuffer());
+  }
+
   approve(approvalId: string, opts: CallOpts = {}): Promise<ApprovalView> {
     return this.t.json<ApprovalView>('POST', `/approvals/${enc(approvalId)}/approve`, { json: {}, signal: opts.signal, deadline: false });
   }

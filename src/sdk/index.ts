@@ -19,3 +19,7 @@ export { ConsoleApi, ControlApi } from './console.js';
 export type * from '../protocol/console.js';
 export { SessionTerminals, Terminal, type TerminalCreateOptions, type TerminalExit } from './terminals.js';
 export type * from '../protocol/terminals.js';
+export { SessionDesktopView } from './desktop-view.js';
+export type { DesktopTicketView } from '../protocol/vnc.js';
+export { SessionDesktop, type RecordOptions } from './desktop.js';
+export type { DesktopRecordingStopView, DesktopRecordingView, DesktopView } from '../protocol/desktop.js';

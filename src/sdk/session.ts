@@ -23,6 +23,8 @@ import type { Transport } from './http.js';
 import { SessionPorts } from './ports.js';
 import { BackgroundProcess, SessionProcesses } from './processes.js';
 import { SessionTerminals } from './terminals.js';
+import { SessionDesktopView } from './desktop-view.js';
+import { SessionDesktop } from './desktop.js';
 import { toBody, type BytesSource } from './streams.js';
 
 export interface CallOpts {
@@ -57,6 +59,10 @@ export class Session {
   readonly ports: SessionPorts;
   /** Terminals (PTYs kept in the sandbox): create, attach, list, kill, recording. */
   readonly terminals: SessionTerminals;
+  /** A desktop session's live view: the VNC WebSocket URL (with a single-use ticket). */
+  readonly desktopView: SessionDesktopView;
+  /** A desktop session's screen and its recording (a video kept in the machine). */
+  readonly desktop: SessionDesktop;
 
   constructor(
     private readonly t: Transport,
@@ -70,6 +76,8 @@ export class Session {
     this.processes = new SessionProcesses(t, info.id);
     this.ports = new SessionPorts(t, info.id);
     this.terminals = new SessionTerminals(t, info.id);
+    this.desktopView = new SessionDesktopView(t, info.id);
+    this.desktop = new SessionDesktop(t, info.id);
   }
 
   get state(): SessionView['state'] {

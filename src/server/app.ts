@@ -22,6 +22,8 @@ import { processRoutes } from './routes/processes.js';
 import { portRoutes } from './routes/ports.js';
 import { portLinkProxyRoutes, portLinkRoutes } from './routes/port-links.js';
 import { terminalRoutes } from './routes/terminals.js';
+import { vncRoutes } from './routes/vnc.js';
+import { desktopRoutes } from './routes/desktop.js';
 import { gateRoutes } from './routes/gate.js';
 import { gateAdminRoutes } from './routes/gate-admin.js';
 import { sessionRoutes } from './routes/sessions.js';
@@ -83,6 +85,8 @@ export function createApp(opts: AppOptions): Hono<Env> {
   }
   app.route('/v1', consoleApiRoutes(deps, consoleAuth, deps.clock));
   app.route('/v1', terminalRoutes(deps));
+  app.route('/v1', vncRoutes(deps));
+  app.route('/v1', desktopRoutes(deps));
 
   app.notFound(notFound());
   app.onError(errorHandler(deps.log));

@@ -201,6 +201,7 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
     quotaDefaults: machineQuotas(parts.dataDir),
     log,
     terminalRecordDir: join(parts.dataDir, 'terminals'),
+    desktopDir: join(parts.dataDir, 'desktop'),
   });
   await manager.start();
   const recovery = await recover({ manager, store, snapshots, drivers, log });

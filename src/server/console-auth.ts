@@ -208,13 +208,15 @@ export function assertSameOrigin(c: Ctx, requireHeader: boolean): void {
 
 /**
  * What a watch-only link's console session may ask for: the reads of its one session's page (record, plan,
- * control lease, audit timeline, live events, terminals to watch and their tickets) and its own sign-out.
+ * control lease, audit timeline, live events, terminals and the desktop to watch and their tickets) and its
+ * own sign-out.
  */
 const WATCHER_ROUTES: ReadonlyArray<readonly [method: string, path: RegExp]> = [
   ['GET', /^\/v1\/sessions\/([^/]+)$/],
   ['GET', /^\/v1\/sessions\/([^/]+)\/(?:plan|control|terminals)$/],
   ['GET', /^\/v1\/sessions\/([^/]+)\/terminals\/[^/]+$/],
   ['POST', /^\/v1\/sessions\/([^/]+)\/terminals\/[^/]+\/tickets$/],
+  ['POST', /^\/v1\/sessions\/([^/]+)\/desktop\/tickets$/],
   ['GET', /^\/v1\/audit$/],
   ['GET', /^\/v1\/events$/],
   ['GET', /^\/v1\/console\/me$/],

@@ -56,6 +56,7 @@ const SESSION_ROUTES: Array<[string, string, unknown?]> = [
   ['POST', '/calls', { tool: 'fs.read', args: { path: '/etc/hostname' } }],
   ['POST', '/breaker/reset', {}],
   ['GET', '/approvals/apr_00000000000000000000'],
+  ['POST', '/desktop/tickets', {}],
 ];
 
 describe('another tenant\'s or another session\'s ids', () => {

@@ -11,7 +11,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AppError, type ApprovalRecord, type Principal } from '../core/index.js';
 import type { CallResult, ToolCall, ToolGateApi, ToolView } from '../engine/api.js';
 import type { Env } from './context.js';
-import { APPROVAL_STATUS_TOOL, META_DECISION, META_STEP, mcpServerFor } from './mcp.js';
+import { APPROVAL_STATUS_TOOL, META_DECISION, META_STEP, mcpServerFor, renderCallResult } from './mcp.js';
 import { mcpRoutes } from './mcp-http.js';
 import { toApprovalView } from '../protocol/index.js';
 import { bearerAuth, errorHandler, notFound } from './middleware.js';
@@ -218,5 +218,22 @@ describe('mcpRoutes (streamable HTTP, in process, over the real engine and gate)
       const res = await app.request('/v1/sessions/ses_x/mcp', { method, headers: { authorization: `Bearer ${t.rootKey}` } });
       expect(res.status).toBe(405);
     }
+  });
+});
+
+describe('renderCallResult: images (the computer tool)', () => {
+  it('returns each image field as MCP image content, and the text without its data', () => {
+    const shot = { mimeType: 'image/png', data: 'iVBORw0KGgo=', width: 1, height: 1, sha256: 'a'.repeat(64) };
+    const r = renderCallResult('computer', { decision: 'allow', result: { action: 'screenshot', screen: { width: 1, height: 1 }, screenshot: shot } }, false);
+    expect(r.content).toEqual([
+      { type: 'text', text: JSON.stringify({ action: 'screenshot', screen: { width: 1, height: 1 }, screenshot: { ...shot, data: '(image content below)' } }) },
+      { type: 'image', data: shot.data, mimeType: 'image/png' },
+    ]);
+    expect(r.structuredContent).toMatchObject({ screenshot: shot });
+  });
+
+  it('leaves results without images as one text part', () => {
+    const r = renderCallResult('fs.read', { decision: 'allow', result: { path: '/a', size: 1, truncated: false, content: 'x' } }, false);
+    expect(r.content).toHaveLength(1);
   });
 });

@@ -10,7 +10,9 @@
  * model API forbids dots (OpenAI function names) map the names themselves.
  *
  * Results, as the model sees them:
- *   allow    content: the result as JSON text; structuredContent: the result (when it is a JSON object)
+ *   allow    content: the result as JSON text; structuredContent: the result (when it is a JSON object);
+ *            each top-level image field ({mimeType: "image/…", data: base64}, the computer tool's screenshot)
+ *            comes as MCP image content after the text, and the text shows it without its data
  *   deny     isError; text `denied at stage <stage> (<code>): <reason>`
  *   pending  isError; text naming the approval id and how to follow it up (APPROVAL_STATUS_TOOL)
  *   error    isError; text `error (<code>): <message>` for an AppError (e.g. the sandbox failed);
@@ -168,12 +170,16 @@ async function approvalStatus(lookup: ApprovalLookup, args: Record<string, unkno
 export function renderCallResult(tool: string, r: CallResult, approvalTool: boolean): CallToolResult {
   const _meta = { [META_DECISION]: r };
   switch (r.decision) {
-    case 'allow':
+    case 'allow': {
+      const images = imageFields(r.result);
+      const text = images.length ? { ...(r.result as Record<string, unknown>) } : r.result;
+      for (const [k, img] of images) (text as Record<string, unknown>)[k] = { ...img, data: '(image content below)' };
       return {
-        content: [{ type: 'text', text: JSON.stringify(r.result ?? null) }],
+        content: [{ type: 'text', text: JSON.stringify(text ?? null) }, ...images.map(([, img]) => ({ type: 'image' as const, data: img.data, mimeType: img.mimeType }))],
         ...(isPlainObject(r.result) ? { structuredContent: r.result } : {}),
         _meta,
       };
+    }
     case 'deny':
       return { ...toolError(denyText(r)), _meta };
     case 'pending':
@@ -203,6 +209,17 @@ function renderError(e: unknown, log: Logger, tool: string): CallToolResult {
 
 function toolError(text: string): CallToolResult {
   return { content: [{ type: 'text', text }], isError: true };
+}
+
+type ImageField = { mimeType: string; data: string } & Record<string, unknown>;
+
+/** Top-level fields of a result that are images. */
+function imageFields(result: unknown): Array<[string, ImageField]> {
+  if (!isPlainObject(result)) return [];
+  return Object.entries(result).filter((e): e is [string, ImageField] => {
+    const v = e[1];
+    return isPlainObject(v) && typeof v.mimeType === 'string' && v.mimeType.startsWith('image/') && typeof v.data === 'string';
+  });
 }
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {

@@ -22,6 +22,7 @@ import {
 } from '../protocol/index.js';
 import type { Logger } from './log.js';
 import { refuseUpgrade, type UpgradeHandler } from './serve.js';
+import { upgradeCaller } from './ws-auth.js';
 
 const PATH_RE = /^\/v1\/sessions\/([^/]+)\/terminals(?:\/([^/]+))?\/?$/;
 
@@ -40,19 +41,12 @@ export function terminalUpgrade(o: { engine: Engine; log: Logger }): UpgradeHand
       if (!isId('session', sessionId)) throw new NotFoundError('session', sessionId);
       if (termId !== null && !isId('terminal', termId)) throw new NotFoundError('terminal', termId);
       const query = queryObject(url);
-      const auth = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
-      let p: Principal;
-      // A ticket carries the console session it was asked through: the lease holder is named by both.
-      let via: string | null = null;
-      if (auth) p = await o.engine.authenticate(auth[1]!);
-      else if (typeof query.ticket === 'string' && termId) {
-        const redeemed = o.engine.terminals.redeem(query.ticket, sessionId, termId);
-        if (!redeemed) throw new AppError('unauthenticated', 'ticket unknown, used or expired: ask POST …/terminals/:termId/tickets for a new one');
-        p = redeemed.principal;
-        via = redeemed.via;
-      } else {
-        throw new AppError('unauthenticated', 'a terminal WebSocket needs Authorization: Bearer <token>, or ?ticket= for an existing terminal');
-      }
+      // Tickets are for attaching to an existing terminal (creating one needs the bearer token).
+      const { principal: p, via } = await upgradeCaller(o.engine, req, {
+        ticket: typeof query.ticket === 'string' ? query.ticket : undefined,
+        ...(termId ? { redeem: (t: string) => o.engine.terminals.redeem(t, sessionId, termId) } : {}),
+        ticketRoute: 'POST …/terminals/:termId/tickets',
+      });
       let tid: string;
       let mode: 'control' | 'watch' | undefined;
       if (termId === null) {

@@ -29,6 +29,7 @@ export function specFor(tag: string, over: Partial<SandboxSpec> = {}): SandboxSp
     env: { BERTH_TEST: '1' },
     identity: { hostname: `h-${tag}-${seq}`, machineId: newMachineId(), generation: 1, reason: 'create' },
     network: 'none',
+    image: 'base',
     ...over,
   };
 }

@@ -37,6 +37,11 @@ export interface GvisorDriverOptions {
    * lgetxattr on symlinks, so `ls -l` of one prints "Bad file descriptor").
    */
   rootfsImage?: string;
+  /**
+   * The desktop image variant (core/desktop.ts), built on first use: resolves to its root filesystem and
+   * EROFS image. Default: none, and the driver cannot boot desktops (capabilities.images is ['base']).
+   */
+  desktopImage?: () => Promise<{ rootfs: string; rootfsImage: string }>;
   /** Host path of the static berth-agent binary. Required. */
   agentPath: string;
   /** runsc binary. Default 'runsc'. */
@@ -94,16 +99,7 @@ interface ImageManifest extends SandboxPaths {
  */
 export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
   readonly name = 'gvisor' as const;
-  readonly capabilities: DriverCapabilities = Object.freeze({
-    fork: true,
-    liveMemory: true,
-    snapshotWhileRunning: true,
-    userland: 'full' as const,
-    isolation: 'user-space-kernel' as const,
-    processRingBytes: RING_BYTES,
-    maxProcesses: MAX_PROCESSES,
-    minMemoryMb: 64,
-  });
+  readonly capabilities: DriverCapabilities;
 
   private readonly runsc: Runsc;
   private readonly live = new Map<string, Live>();
@@ -121,6 +117,17 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
       platform: opts.platform ?? 'ptrace',
     });
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 15_000;
+    this.capabilities = Object.freeze({
+      fork: true,
+      liveMemory: true,
+      snapshotWhileRunning: true,
+      userland: 'full' as const,
+      isolation: 'user-space-kernel' as const,
+      processRingBytes: RING_BYTES,
+      maxProcesses: MAX_PROCESSES,
+      minMemoryMb: 64,
+      images: opts.desktopImage ? (['base', 'desktop'] as const) : (['base'] as const),
+    });
   }
 
   async probe(): Promise<void> {
@@ -150,6 +157,10 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
   async create(spec: SandboxSpec, opts: CallOptions = {}): Promise<void> {
     const paths: SandboxPaths = { rootfs: this.opts.rootfs, agentDir: dirname(this.opts.agentPath) };
     if (this.opts.rootfsImage) paths.rootfsImage = this.opts.rootfsImage;
+    if (spec.image === 'desktop') {
+      if (!this.opts.desktopImage) throw new UnavailableError('this gVisor backend was configured without the desktop image');
+      Object.assign(paths, await this.opts.desktopImage());
+    }
     await this.start(spec, paths, ['run', '--detach'], opts);
   }
 

@@ -6,7 +6,7 @@ import { canonicalJson, sha256Hex, SandboxError, UnavailableError } from '../../
 import { type CpioEntry, cpioNewc } from './guest-cpio.js';
 import { type KernelPin, downloadKernel, extractDeb, extractVmlinux, moduleLoadOrder, runCommand } from './guest-kernel.js';
 import { withDirLock } from './lock.js';
-import { DEFAULT_ROOTFS_RECIPE, type RootfsRecipe, ensureRootfs, rootfsKey } from './rootfs.js';
+import { DEFAULT_ROOTFS_RECIPE, DESKTOP_ROOTFS_RECIPE, type RootfsRecipe, ensureRootfs, rootfsKey } from './rootfs.js';
 
 /**
  * The QEMU guest image: a Debian kernel, a small initramfs that loads the drivers that kernel ships as
@@ -40,6 +40,17 @@ export const DEFAULT_GUEST_RECIPE: GuestRecipe = Object.freeze({
   modules: Object.freeze(['virtio_pci', 'virtio_blk', 'virtio_console', 'virtio_rng', 'crc32c_generic', 'ext4']),
   diskSizeMb: 4096,
   rootfs: DEFAULT_ROOTFS_RECIPE,
+});
+
+/**
+ * The desktop variant (issue 11): the same kernel and initramfs over a disk made from the desktop root
+ * filesystem. That tree takes about 960 MB against the base's 370 MB, so the disk is 2 GiB larger and a
+ * session keeps more free space than on the base image (about 5 GiB against 3.7).
+ */
+export const DESKTOP_GUEST_RECIPE: GuestRecipe = Object.freeze({
+  ...DEFAULT_GUEST_RECIPE,
+  diskSizeMb: 6144,
+  rootfs: DESKTOP_ROOTFS_RECIPE,
 });
 
 /** Bump when the build below (init script, layout, mkfs options) changes, so cached images are rebuilt. */

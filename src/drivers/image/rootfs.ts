@@ -31,6 +31,21 @@ export const DEFAULT_ROOTFS_RECIPE: RootfsRecipe = Object.freeze({
   mirror: 'http://deb.debian.org/debian',
 });
 
+/**
+ * The desktop variant (issue 11): the base image plus a virtual X display (Xvfb), a light window manager
+ * (openbox), a VNC server (x11vnc), the input and screenshot tools computer-use agents expect (xdotool,
+ * scrot), Tk for Python GUI applications, fonts, and ffmpeg for session recordings. All from Debian. No
+ * xterm: under gVisor its child cannot open the PTY slave (EIO), so it never maps a window.
+ */
+export const DESKTOP_ROOTFS_RECIPE: RootfsRecipe = Object.freeze({
+  ...DEFAULT_ROOTFS_RECIPE,
+  include: Object.freeze([
+    ...DEFAULT_ROOTFS_RECIPE.include,
+    'xvfb', 'xauth', 'x11-utils', 'x11-xserver-utils', 'openbox', 'x11vnc', 'xdotool', 'scrot', 'python3-tk',
+    'fonts-dejavu-core', 'xfonts-base', 'ffmpeg',
+  ]),
+});
+
 /** Bump when the post-processing below changes, so cached images are rebuilt. */
 const POSTPROCESS_VERSION = 2;
 

@@ -153,6 +153,7 @@ export class MemoryDriver implements SandboxDriver {
       processRingBytes: RING_BYTES,
       maxProcesses: MAX_PROCESSES,
       minMemoryMb: 64,
+      images: ['base'] as const,
       ...o.capabilities,
     });
     this.now = o.now ?? Date.now;

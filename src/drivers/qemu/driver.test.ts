@@ -23,7 +23,7 @@ function spec(tag: string, identity: Partial<SandboxSpec['identity']> = {}): San
     limits: { memoryMb: 256, cpus: 1 },
     env: { BERTH_TEST: 'qemu' },
     identity: { hostname: `host-${tag}`, machineId: newMachineId(), generation: 1, reason: 'create', ...identity },
-    network: 'none',
+    network: 'none', image: 'base',
   };
 }
 

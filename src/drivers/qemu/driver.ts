@@ -9,6 +9,7 @@ import {
   type CallOptions,
   type CheckpointResult,
   type DriverCapabilities,
+  type ImageVariant,
   type SandboxDriver,
   type SandboxSpec,
   type SandboxStats,
@@ -74,6 +75,12 @@ export interface QemuDriverOptions {
   restoreTimeoutMs?: number;
   /** Guest image recipe. Default DEFAULT_GUEST_RECIPE. */
   recipe?: GuestRecipe;
+  /**
+   * Guest image recipe of the desktop variant (core/desktop.ts; DESKTOP_GUEST_RECIPE), built at the first
+   * desktop create (a few minutes, once) and cached like the base image. Default: none, and the driver
+   * cannot boot desktops (capabilities.images is ['base']).
+   */
+  desktopRecipe?: GuestRecipe;
   log?: (line: string) => void;
 }
 
@@ -108,6 +115,20 @@ interface Live {
 const STATE_FILE = 'sandbox.json';
 
 /**
+ * Smallest guest RAM for a desktop session, MiB: the guest kernel, Xvfb's framebuffer, openbox, x11vnc and
+ * an application or two. Measured: at 256 MiB with Xvfb (1280x800) and a Tk application running, the guest
+ * still had 148 MiB available (Xvfb 70 MiB resident, python3 21, x11vnc 14).
+ */
+export const DESKTOP_MIN_MEMORY_MB = 256;
+
+/** What booting one image variant needs: its guest image, that image's initramfs with the agent, the accelerator. */
+interface Ready {
+  image: GuestImage;
+  initrd: string;
+  accel: Accel;
+}
+
+/**
  * SandboxDriver on QEMU: one detached QEMU process per sandbox incarnation (q35 machine, KVM when a boot
  * test passes, else TCG; see machine.ts and probe.ts), with the agent reached over a virtio-serial port
  * that QEMU exposes as a unix socket. QMP does pause (stop/cont) and checkpoints (migration to a file).
@@ -123,25 +144,15 @@ const STATE_FILE = 'sandbox.json';
  */
 export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
   readonly name = 'qemu' as const;
-  readonly capabilities: DriverCapabilities = Object.freeze({
-    fork: true,
-    liveMemory: true,
-    snapshotWhileRunning: true,
-    userland: 'full' as const,
-    isolation: 'hypervisor' as const,
-    processRingBytes: RING_BYTES,
-    maxProcesses: MAX_PROCESSES,
-    // A guest kernel needs more room than gVisor's sentry: below 128 MiB Debian's kernel panics at boot.
-    minMemoryMb: 128,
-  });
+  readonly capabilities: DriverCapabilities;
 
   private readonly live = new Map<string, Live>();
   private readonly exitListeners: Array<(id: string, reason: string) => void> = [];
   private readonly agentPath: string;
   private readonly bootTimeoutMs: number;
   private readonly restoreTimeoutMs: number;
-  private readyP: Promise<{ image: GuestImage; initrd: string; accel: Accel }> | undefined;
-  /** Image directories whose commit (fsync, then manifest) is still running, with their manifest. */
+  /** Per image variant, once it has been asked for (a failed one is dropped, so the next call retries). */
+  private readonly readyP = new Map<ImageVariant, Promise<Ready>>();
   /** Images checkpointed but not yet durable (checkpoint.ts, ImageCommits). */
   private readonly commits: ImageCommits;
 
@@ -152,9 +163,22 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
     this.bootTimeoutMs = opts.bootTimeoutMs ?? 60_000;
     this.restoreTimeoutMs = opts.restoreTimeoutMs ?? 20_000;
     this.commits = new ImageCommits(opts.log);
+    this.capabilities = Object.freeze({
+      fork: true,
+      liveMemory: true,
+      snapshotWhileRunning: true,
+      userland: 'full' as const,
+      isolation: 'hypervisor' as const,
+      images: opts.desktopRecipe ? (['base', 'desktop'] as const) : (['base'] as const),
+      processRingBytes: RING_BYTES,
+      maxProcesses: MAX_PROCESSES,
+      // A guest kernel needs more room than gVisor's sentry: below 128 MiB Debian's kernel panics at boot.
+      // A desktop needs more (DESKTOP_MIN_MEMORY_MB), which create() checks.
+      minMemoryMb: 128,
+    });
   }
 
-  /** Checks the QEMU tools, builds the guest image if needed and decides the accelerator (all cached). */
+  /** Checks the QEMU tools, builds the base guest image if needed and decides the accelerator (all cached). */
   async probe(opts: CallOptions = {}): Promise<void> {
     for (const [bin, pkg] of [[QEMU_BINARY, 'qemu-system-x86'], [QEMU_IMG, 'qemu-utils']] as const) {
       const r = spawnSync(bin, ['--version'], { stdio: 'ignore' });
@@ -163,18 +187,31 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
     await withSignal(this.ready(), opts.signal);
   }
 
-  /** The guest image, its initramfs with the agent, and the accelerator verdict: once per driver. */
-  private ready(): Promise<{ image: GuestImage; initrd: string; accel: Accel }> {
-    this.readyP ??= (async () => {
-      if (!existsSync(this.agentPath)) throw new UnavailableError(`berth-agent is not built at ${this.agentPath}: run \`npm run build\``);
-      const image = await ensureGuestImage({ cacheDir: this.opts.cacheDir, recipe: this.opts.recipe, log: this.opts.log });
-      const initrd = await withAgent(image, this.agentPath);
-      const wanted = this.opts.accel ?? 'auto';
-      const accel = wanted === 'auto' ? (await probeAccel({ image, initrd, log: this.opts.log })).accel : wanted;
-      return { image, initrd, accel };
-    })();
-    this.readyP.catch(() => (this.readyP = undefined)); // a failed build is retried by the next call
-    return this.readyP;
+  /** A variant's guest image, its initramfs with the agent, and the accelerator verdict: once per driver and variant. */
+  private ready(variant: ImageVariant = 'base'): Promise<Ready> {
+    let p = this.readyP.get(variant);
+    if (!p) {
+      const made = this.prepare(variant);
+      made.catch(() => {
+        if (this.readyP.get(variant) === made) this.readyP.delete(variant); // a failed build is retried by the next call
+      });
+      this.readyP.set(variant, made);
+      p = made;
+    }
+    return p;
+  }
+
+  private async prepare(variant: ImageVariant): Promise<Ready> {
+    if (!existsSync(this.agentPath)) throw new UnavailableError(`berth-agent is not built at ${this.agentPath}: run \`npm run build\``);
+    const recipe = variant === 'desktop' ? this.opts.desktopRecipe : this.opts.recipe;
+    if (variant === 'desktop' && !recipe) throw new UnavailableError('this QEMU backend was configured without the desktop image');
+    const image = await ensureGuestImage({ cacheDir: this.opts.cacheDir, recipe, log: this.opts.log });
+    const initrd = await withAgent(image, this.agentPath);
+    // One accelerator for every variant, probed by booting the base image.
+    if (variant !== 'base') return { image, initrd, accel: (await this.ready('base')).accel };
+    const wanted = this.opts.accel ?? 'auto';
+    const accel = wanted === 'auto' ? (await probeAccel({ image, initrd, log: this.opts.log })).accel : wanted;
+    return { image, initrd, accel };
   }
 
   private dir(sandboxId: string): string {
@@ -197,12 +234,17 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
   // ---- lifecycle -------------------------------------------------------------------------------
 
   async create(spec: SandboxSpec, opts: CallOptions = {}): Promise<void> {
-    const r = await withSignal(this.ready(), opts.signal);
+    if (spec.image === 'desktop' && spec.limits.memoryMb < DESKTOP_MIN_MEMORY_MB) {
+      throw new InvalidArgumentError(`memoryMb: a desktop session on the QEMU backend needs at least ${DESKTOP_MIN_MEMORY_MB} MiB, got ${spec.limits.memoryMb}`, {
+        details: { field: 'memoryMb', min: DESKTOP_MIN_MEMORY_MB },
+      });
+    }
+    const r = await withSignal(this.ready(spec.image), opts.signal);
     const config = machineConfig({
       accel: r.accel,
       memoryMb: spec.limits.memoryMb,
       cpus: spec.limits.cpus,
-      image: { key: r.image.key, buildId: r.image.buildId, kernel: r.image.kernel, initrd: r.initrd, baseDisk: r.image.baseDisk },
+      image: { key: r.image.key, buildId: r.image.buildId, kernel: r.image.kernel, initrd: r.initrd, baseDisk: r.image.baseDisk, variant: spec.image },
     });
     const paths = await this.freshDir(spec.sandboxId);
     try {
@@ -222,7 +264,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
     if (manifest.config.accel === 'kvm' && r.accel !== 'kvm') {
       throw new UnavailableError(`image ${imageDir} was taken under KVM, which is not usable here`);
     }
-    const config: MachineConfig = { ...manifest.config, image: await this.resolveImage(manifest, r) };
+    const config: MachineConfig = { ...manifest.config, image: await withSignal(this.resolveImage(manifest), opts.signal) };
     if (spec.limits.memoryMb !== config.memoryMb || Math.ceil(spec.limits.cpus) !== config.cpus) {
       // A migrated machine keeps its RAM size and vCPU count; the image decides them.
       this.opts.log?.(`restore of ${spec.sandboxId}: limits ${JSON.stringify(spec.limits)} ignored, the image has ${config.memoryMb} MiB / ${config.cpus} vCPU`);
@@ -249,18 +291,21 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
   }
 
   /**
-   * The base disk and kernel a manifest's machine needs. A layer only fits the base disk it was written
-   * over, so the build id must match: the recorded image if it is still there, else the current image
-   * when it is the same build at a new path. The initramfs is only read at boot (a restored guest never
-   * looks at it again), so any build of it will do when the recorded one is gone.
+   * The base disk and kernel a manifest's machine needs, of the image variant it records (the desktop
+   * image's too). A layer only fits the base disk it was written over, so the build id must match: the
+   * recorded image if it is still there, else the variant's current image when it is the same build at a
+   * new path. The initramfs is only read at boot (a restored guest never looks at it again), so any build
+   * of it will do when the recorded one is gone.
    */
-  private async resolveImage(m: ImageManifest, r: { image: GuestImage; initrd: string }): Promise<MachineConfig['image']> {
+  private async resolveImage(m: ImageManifest): Promise<MachineConfig['image']> {
     const want = m.config.image;
     const recorded = await readFile(join(dirname(want.baseDisk), 'meta.json'), 'utf8')
       .then((t) => (JSON.parse(t) as { buildId?: string }).buildId)
       .catch(() => undefined);
-    const initrd = existsSync(want.initrd) ? want.initrd : r.initrd;
+    const current = () => this.ready(want.variant ?? 'base');
+    const initrd = existsSync(want.initrd) ? want.initrd : (await current()).initrd;
     if (recorded === want.buildId && existsSync(want.kernel)) return { ...want, initrd };
+    const r = await current();
     if (r.image.buildId === want.buildId) return { ...want, kernel: r.image.kernel, baseDisk: r.image.baseDisk, initrd };
     throw new UnavailableError(`the guest image ${want.key} (build ${want.buildId}) this snapshot was taken on is no longer in the image cache`, {
       details: { key: want.key, buildId: want.buildId },

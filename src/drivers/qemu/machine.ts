@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { ConfigError } from '../../core/index.js';
+import { ConfigError, type ImageVariant } from '../../core/index.js';
 import { GUEST_AGENT_PORT } from '../image/guest.js';
 
 /**
@@ -35,6 +35,8 @@ export interface MachineConfig {
     kernel: string;
     initrd: string;
     baseDisk: string;
+    /** Which image variant the guest image is, for finding it again at a restore. Absent: 'base' (machines from before desktops). */
+    variant?: ImageVariant;
   };
 }
 

@@ -108,6 +108,11 @@ export function gateAdminRoutes({ engine }: RouteDeps): Hono<Env> {
     return c.json<ApprovalView>(toApprovalView(await engine.gate.approve(principal(c), id)));
   });
 
+  r.get('/approvals/:id/screenshot', async (c) => {
+    const png = await engine.gate.approvalScreenshot(principal(c), idParam(c, 'approval'));
+    return c.body(new Uint8Array(png), 200, { 'content-type': 'image/png', 'cache-control': 'private, no-store' });
+  });
+
   r.post('/approvals/:id/deny', async (c) => {
     const id = idParam(c, 'approval');
     const body = await readJson(c, DenyBodySchema);

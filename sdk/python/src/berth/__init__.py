@@ -64,6 +64,7 @@ from ._models import (
     ToolDefinition,
 )
 from ._options import DEFAULT, DEFAULT_TIMEOUT, DEFAULT_URL, EnvResolution, resolve_env
+from ._desktop import AsyncDesktop, Desktop, DesktopInfo, DesktopRecording
 from ._ports import AsyncPorts, PortLink, Ports
 from ._processes import AsyncBackgroundProcess, AsyncProcesses, BackgroundProcess, ProcessEvent, Processes
 from ._terminals import Terminal, Terminals
@@ -75,6 +76,10 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncBackgroundProcess",
     "AsyncBerth",
+    "AsyncDesktop",
+    "Desktop",
+    "DesktopInfo",
+    "DesktopRecording",
     "AsyncProcesses",
     "BackgroundProcess",
     "AsyncPorts",

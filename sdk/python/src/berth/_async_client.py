@@ -98,6 +98,7 @@ class AsyncSessionsApi:
         template: str | None = None,
         egress_allow: Sequence[str] | None = None,
         egress_allow_cidr: Sequence[str] | None = None,
+        desktop: bool | Mapping[str, int] | None = None,
         timeout: Timeout = DEFAULT,
     ) -> AsyncSession:
         """Starts a machine and returns once it runs; the handle carries the agent token.
@@ -107,7 +108,9 @@ class AsyncSessionsApi:
         "gvisor" (default) or "qemu", ``metadata`` string labels, ``tenant_id`` (root only), ``egress_allow`` hosts the session may connect
         to through its proxy (``host``, ``*.domain``, ``host:port``, IP, CIDR; default none), ``egress_allow_cidr``
         loopback/private ranges it may reach anyway. ``template`` starts it from that template (its files
-        and running processes, a fresh identity); backend, memory, cpus and env then come from the template."""
+        and running processes, a fresh identity); backend, memory, cpus and env then come from the template.
+        ``desktop``: True for a desktop (X display, window manager, VNC; the ``computer`` tool; see
+        ``session.desktop``) with the default 1280x800 screen, or ``{"width": W, "height": H}``."""
         req = R.create_session(
             objective=objective,
             memory_mb=memory_mb,
@@ -120,6 +123,7 @@ class AsyncSessionsApi:
             template=template,
             egress_allow=egress_allow,
             egress_allow_cidr=egress_allow_cidr,
+            desktop=desktop,
         )
         return AsyncSession(self._t, await self._t.call(req, timeout))
 

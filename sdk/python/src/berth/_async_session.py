@@ -11,6 +11,7 @@ from . import _requests as R
 from ._errors import BerthError, ConnectionError, InvalidArgumentError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
 from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunResult, SessionInfo, SessionState, Snapshot, StdinWrite, b64decode
 from ._options import DEFAULT, Timeout
+from ._desktop import AsyncDesktop
 from ._ports import AsyncPorts
 from ._processes import AsyncBackgroundProcess, AsyncProcesses
 from ._session import MAX_OUTPUT_BYTES, MAX_READ_BYTES
@@ -236,6 +237,8 @@ class AsyncSession:
         self.processes = AsyncProcesses(t, self.id)
         #: Servers listening inside the sandbox: ``ports.url(port)`` is their proxy address.
         self.ports = AsyncPorts(t, self.id)
+        #: A desktop session's screen and its recording (a video kept in the machine).
+        self.desktop = AsyncDesktop(t, self.id)
 
     def __repr__(self) -> str:
         return f"AsyncSession(id={self.id!r}, state={self.state!r})"

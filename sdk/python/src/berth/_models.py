@@ -43,10 +43,13 @@ class SessionSettings:
     idle_timeout_s: int
     #: The names of the environment variables given at create; their values are secrets, never shown back.
     env: list[str]
+    #: A desktop's screen, ``{"width": W, "height": H}``; None without a desktop.
+    desktop: dict[str, int] | None = None
 
     @classmethod
     def from_wire(cls, o: _Obj) -> SessionSettings:
-        return cls(memory_mb=o["memoryMb"], cpus=o["cpus"], idle_timeout_s=o["idleTimeoutS"], env=list(o["env"]))
+        d = o.get("desktop")
+        return cls(memory_mb=o["memoryMb"], cpus=o["cpus"], idle_timeout_s=o["idleTimeoutS"], env=list(o["env"]), desktop=dict(d) if d else None)
 
 
 @dataclass(frozen=True)

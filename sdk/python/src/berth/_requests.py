@@ -72,6 +72,7 @@ def create_session(
     template: str | None = None,
     egress_allow: Sequence[str] | None = None,
     egress_allow_cidr: Sequence[str] | None = None,
+    desktop: bool | Mapping[str, int] | None = None,
 ) -> Req[Obj]:
     body = _drop_none(
         {
@@ -86,6 +87,7 @@ def create_session(
             "template": template,
             "egressAllow": list(egress_allow) if egress_allow is not None else None,
             "egressAllowCidr": list(egress_allow_cidr) if egress_allow_cidr is not None else None,
+            "desktop": (dict(desktop) if isinstance(desktop, Mapping) else desktop) if desktop is not None and desktop is not False else None,
         }
     )
     return Req("POST", "/sessions", _obj, json=body, long=True, idempotent=True)

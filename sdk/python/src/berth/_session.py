@@ -10,6 +10,7 @@ from . import _requests as R
 from ._errors import BerthError, ConnectionError, InvalidArgumentError, InvalidStateError, NotFoundError, OperationCancelled, PayloadTooLargeError, from_wire
 from ._models import ExecEvent, ExecResult, FileEntry, FileStat, FileWrite, RunResult, SessionInfo, SessionState, Snapshot, StdinWrite, b64decode
 from ._options import DEFAULT, Timeout
+from ._desktop import Desktop
 from ._ports import Ports
 from ._processes import BackgroundProcess, Processes
 from ._terminals import Terminals
@@ -264,6 +265,8 @@ class Session:
         self.ports = Ports(t, self.id)
         #: The session's terminals (PTYs in the sandbox; sync client only).
         self.terminals = Terminals(t, self.id)
+        #: A desktop session's screen and its recording (a video kept in the machine).
+        self.desktop = Desktop(t, self.id)
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, state={self.state!r})"
