@@ -41,7 +41,8 @@ done
 export DISPLAY=${DESKTOP_DISPLAY}
 openbox &
 w=$!
-x11vnc -display ${DESKTOP_DISPLAY} -rfbport ${DESKTOP_VNC_PORT} -localhost -forever -shared -threads -nopw -noxdamage -nobell -quiet -noxrecord &
+# In a loop: after a restore x11vnc has been seen to stop greeting; the engine then kills it (reviveVnc).
+(while :; do x11vnc -display ${DESKTOP_DISPLAY} -rfbport ${DESKTOP_VNC_PORT} -localhost -forever -shared -threads -nopw -noxdamage -nobell -quiet -noxrecord; sleep 0.5; done) &
 v=$!
 (sleep 1; xsetroot -solid '#3b4252') &
 wait -n "$x" "$w" "$v"
@@ -84,4 +85,24 @@ export async function startDesktop(d: SandboxDriver, sandboxId: string, screen: 
     const p = procs.find((x) => x.execId === DESKTOP_EXEC_ID);
     throw new SandboxError(`${ready.stderr.trim() || 'the desktop did not start'}${p?.exit ? ` (its process exited with ${p.exit.code})` : ''}`);
   }
+}
+
+/** Greets within 5 s, or x11vnc is killed (its loop in DESKTOP_SCRIPT starts a new one) and awaited again. */
+const REVIVE_SCRIPT = `
+greets() { (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} && read -r -t 5 -n 3 g <&3 && [ "$g" = RFB ]) 2>/dev/null; }
+greets && exit 0
+pkill -x x11vnc
+end=$((SECONDS + 30))
+while [ "$SECONDS" -lt "$end" ]; do greets && exit 0; sleep 0.2; done
+echo "the VNC server does not greet" >&2
+exit 1
+`;
+
+/**
+ * After a restore (wake): x11vnc has been seen, rarely, to accept connections and never greet again. Checks
+ * and, if so, restarts it. Best effort: the machine itself is fine either way, so a failure is only returned.
+ */
+export async function reviveVnc(d: SandboxDriver, sandboxId: string, opts: CallOptions = {}): Promise<string | null> {
+  const r = await drain(await d.exec(sandboxId, { argv: ['/bin/bash', '-c', REVIVE_SCRIPT], timeoutMs: 60_000 }, opts));
+  return r.code === 0 ? null : r.stderr.trim() || `exit ${r.code}`;
 }

@@ -3,6 +3,7 @@
  * on demand; the idle sweep that hibernates sessions by themselves; and recovery's half of it, finishing
  * or rolling back a hibernate or a wake the server stopped in.
  */
+import { reviveVnc } from './desktop.js';
 import {
   assertVerb,
   InvalidStateError,
@@ -97,6 +98,10 @@ export class Hibernation {
       await d.destroy(sandboxId).catch(() => undefined);
       await k.transition(r, 'hibernated', { sandboxId: null });
       throw e;
+    }
+    if (r.settings.desktop) {
+      const why = await reviveVnc(d, sandboxId, opts).catch((e: unknown) => (e as Error).message);
+      if (why) k.o.log?.(`session ${r.id}: the desktop's VNC server after wake: ${why}`);
     }
     await k.transition(r, 'running', { identity, hibernationSnapshotId: null, lastActivityAt: k.o.clock.now() }, by);
     const rec = await k.o.store.snapshots.get(snap);

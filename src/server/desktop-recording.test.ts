@@ -6,31 +6,14 @@
  * message, the next recording taking the next process name, reads in whole MPEG-TS packets, and audit.
  * Every response is validated against the OpenAPI document as it passes.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createApp } from './app.js';
+import { describe, expect, it } from 'vitest';
 import { DESKTOP_RECORDING_PATH, desktopRecordingExecId } from '../core/index.js';
-import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
-import { responseChecker, type ResponseChecker } from '../../test/helpers/openapi.js';
+import { useCheckedApp } from '../../test/helpers/checked-app.js';
 
-let t: TestEngine;
-let app: { fetch: (r: Request) => Promise<Response> };
-let checker: ResponseChecker;
-let AUTH: Record<string, string>;
+const h = useCheckedApp();
 
-beforeEach(async () => {
-  t = await createTestEngine();
-  checker = responseChecker();
-  app = checker.wrap(createApp({ engine: t.engine }));
-  AUTH = { authorization: `Bearer ${t.rootKey}`, 'content-type': 'application/json' };
-});
-afterEach(async () => {
-  await checker.settle();
-  await t.close();
-  expect(checker.violations).toEqual([]);
-});
-
-async function call(method: string, path: string, body?: unknown, headers = AUTH) {
-  const res = await app.fetch(new Request(`http://127.0.0.1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
+async function call(method: string, path: string, body?: unknown, headers = h.auth) {
+  const res = await h.app.fetch(new Request(`http://127.0.0.1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
   const buf = Buffer.from(await res.arrayBuffer());
   let json: any;
   try {
@@ -45,8 +28,8 @@ const err = (r: { status: number; json: any }) => [r.status, r.json?.error?.code
 /** A session whose record says it has a desktop (the memory driver runs none: the engine only reads the record). */
 async function desktopSession(memoryMb = 512): Promise<{ id: string; agentToken: string; sandboxId: string }> {
   const s = (await call('POST', '/v1/sessions', { memoryMb })).json as { id: string; agentToken: string };
-  const r = (await t.store.sessions.get(s.id))!;
-  await t.store.sessions.put({ ...r, settings: { ...r.settings, desktop: { width: 640, height: 480 } } });
+  const r = (await h.t.store.sessions.get(s.id))!;
+  await h.t.store.sessions.put({ ...r, settings: { ...r.settings, desktop: { width: 640, height: 480 } } });
   return { ...s, sandboxId: r.sandboxId! };
 }
 
@@ -76,7 +59,7 @@ describe('desktop recordings over HTTP (in-memory driver)', () => {
     expect(info.json).toEqual({ sessionId: s.id, screen: { width: 640, height: 480 }, recording: { recording: false, bytes: 0, startedAt: null, endedAt: null, cap: null, execId: null, fps: 5 } });
     expect((await call('POST', `${base}/recording/stop`)).json).toMatchObject({ stopped: false, recording: false, execId: null });
     expect(err(await call('GET', `${base}/recording`))).toEqual([404, 'not_found', 'no_recording']);
-    expect((await t.engine.auditQuery(t.root, { sessionId: s.id })).map((e) => e.action)).not.toContain('session.desktop.record.stop');
+    expect((await h.t.engine.auditQuery(h.t.root, { sessionId: s.id })).map((e) => e.action)).not.toContain('session.desktop.record.stop');
   });
 
   it('caps: at least 1 MiB, at most half the session memory (its files live there)', async () => {
@@ -110,14 +93,14 @@ describe('desktop recordings over HTTP (in-memory driver)', () => {
     const s = await desktopSession();
     const base = `/v1/sessions/${s.id}/desktop`;
     // Stands in for ffmpeg: a process under a recording's name that runs until signalled.
-    await t.driver.startProcess(s.sandboxId, desktopRecordingExecId(3), { argv: ['sleep', '60', '-fs', '5000000'], stdin: false });
+    await h.t.driver.startProcess(s.sandboxId, desktopRecordingExecId(3), { argv: ['sleep', '60', '-fs', '5000000'], stdin: false });
     expect((await call('GET', base)).json.recording).toMatchObject({ recording: true, execId: desktopRecordingExecId(3), cap: 5_000_000, endedAt: null });
     const again = await call('POST', `${base}/recording/start`, {});
     expect([again.status, again.json.error.code, again.json.error.details.execId]).toEqual([409, 'conflict', desktopRecordingExecId(3)]);
     const stopped = await call('POST', `${base}/recording/stop`, {});
     expect(stopped.json).toMatchObject({ stopped: true, recording: false, execId: desktopRecordingExecId(3), endedAt: expect.any(String) });
     expect((await call('POST', `${base}/recording/stop`)).json.stopped).toBe(false);
-    const audit = (await t.engine.auditQuery(t.root, { sessionId: s.id })).filter((e) => e.action.startsWith('session.desktop.record'));
+    const audit = (await h.t.engine.auditQuery(h.t.root, { sessionId: s.id })).filter((e) => e.action.startsWith('session.desktop.record'));
     expect(audit.map((e) => [e.action, e.data.execId])).toEqual([['session.desktop.record.stop', desktopRecordingExecId(3)]]);
   });
 
@@ -125,8 +108,8 @@ describe('desktop recordings over HTTP (in-memory driver)', () => {
     const s = await desktopSession();
     const packets = Buffer.alloc(188 * 3 + 100, 0x11);
     for (let i = 0; i < 4; i++) packets[i * 188] = 0x47;
-    await t.driver.mkdir(s.sandboxId, '/var/lib/berth-desktop', { parents: true });
-    await t.driver.writeFile(s.sandboxId, DESKTOP_RECORDING_PATH, (async function* () {
+    await h.t.driver.mkdir(s.sandboxId, '/var/lib/berth-desktop', { parents: true });
+    await h.t.driver.writeFile(s.sandboxId, DESKTOP_RECORDING_PATH, (async function* () {
       yield packets;
     })());
     const info = (await call('GET', `/v1/sessions/${s.id}/desktop`)).json.recording;
@@ -134,7 +117,7 @@ describe('desktop recordings over HTTP (in-memory driver)', () => {
     const got = await call('GET', `/v1/sessions/${s.id}/desktop/recording`);
     expect([got.status, got.headers.get('content-type')]).toEqual([200, 'video/mp2t']);
     expect(got.buf.equals(packets.subarray(0, 188 * 3))).toBe(true);
-    await t.engine.flush();
-    expect((await t.store.sessions.get(s.id))!.metering.bytesOut).toBeGreaterThanOrEqual(188 * 3);
+    await h.t.engine.flush();
+    expect((await h.t.store.sessions.get(s.id))!.metering.bytesOut).toBeGreaterThanOrEqual(188 * 3);
   });
 });

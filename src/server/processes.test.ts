@@ -3,31 +3,14 @@
  * output with offsets and cursors, resuming from a cursor, bad input, and agent tokens refused. Every
  * response (JSON, and each NDJSON line) is validated against the OpenAPI document as it passes.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createApp } from './app.js';
+import { describe, expect, it } from 'vitest';
 import { base64ToBytes, type ProcessOutputLine } from '../protocol/index.js';
-import { createTestEngine, type TestEngine } from '../../test/helpers/engine.js';
-import { responseChecker, type ResponseChecker } from '../../test/helpers/openapi.js';
+import { useCheckedApp } from '../../test/helpers/checked-app.js';
 
-let t: TestEngine;
-let app: { fetch: (r: Request) => Promise<Response> };
-let checker: ResponseChecker;
-let AUTH: Record<string, string>;
+const h = useCheckedApp();
 
-beforeEach(async () => {
-  t = await createTestEngine();
-  checker = responseChecker();
-  app = checker.wrap(createApp({ engine: t.engine }));
-  AUTH = { authorization: `Bearer ${t.rootKey}`, 'content-type': 'application/json' };
-});
-afterEach(async () => {
-  await checker.settle();
-  await t.close();
-  expect(checker.violations).toEqual([]);
-});
-
-async function call(method: string, path: string, body?: unknown, headers = AUTH) {
-  const res = await app.fetch(new Request(`http://127.0.0.1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
+async function call(method: string, path: string, body?: unknown, headers = h.auth) {
+  const res = await h.app.fetch(new Request(`http://127.0.0.1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
   const text = await res.text();
   let json: any;
   try {
@@ -75,11 +58,11 @@ describe('background processes over HTTP', () => {
     expect(ended.at(-1)).toMatchObject({ type: 'exit', code: 143, signal: 15 });
     expect((await call('POST', `/v1/sessions/${s.id}/processes/${sleeper.execId}/kill`, {})).json.signalled).toBe(false);
 
-    const audit = (await t.engine.auditQuery(t.root, { sessionId: s.id })).map((e) => e.action);
+    const audit = (await h.t.engine.auditQuery(h.t.root, { sessionId: s.id })).map((e) => e.action);
     expect(audit.filter((a) => a === 'session.exec')).toHaveLength(2);
     expect(audit).toContain('session.exec.kill');
-    await checker.settle();
-    expect([...checker.seen.keys()]).toEqual(
+    await h.checker.settle();
+    expect([...h.checker.seen.keys()]).toEqual(
       expect.arrayContaining([
         'POST /v1/sessions/{id}/exec',
         'GET /v1/sessions/{id}/processes',

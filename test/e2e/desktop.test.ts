@@ -117,6 +117,43 @@ describe.skipIf(skip)('desktops: the computer tool on a real desktop (real runsc
     expect(kept.some((f) => f.includes(shot.sha256.slice(0, 16)))).toBe(true);
   });
 
+  it('runs every action of the schema, each an allowed gated call with the result it promises', async () => {
+    const ok = async (args: Record<string, unknown>) => act({ screenshot: false, ...args });
+    await ok({ action: 'mouse_move', coordinate: [500, 400] });
+    expect((await act({ action: 'cursor_position' })).coordinate).toEqual([500, 400]);
+    // Inside the form's window, off its widgets (on the bare desktop openbox's root menu would open).
+    for (const action of ['right_click', 'middle_click', 'double_click', 'triple_click']) await ok({ action, coordinate: [400, 240] });
+    await ok({ action: 'key', text: 'Escape' });
+    await ok({ action: 'left_click_drag', start_coordinate: [380, 230], coordinate: [420, 250] });
+    expect((await act({ action: 'cursor_position' })).coordinate).toEqual([420, 250]);
+    await ok({ action: 'left_mouse_down', coordinate: [410, 240] });
+    await ok({ action: 'left_mouse_up', coordinate: [415, 245] });
+    await ok({ action: 'scroll', coordinate: [400, 240], scroll_direction: 'down', scroll_amount: 2 });
+    await ok({ action: 'scroll', scroll_direction: 'up', text: 'shift' });
+    await ok({ action: 'hold_key', text: 'shift', duration: 0.2 });
+    await ok({ action: 'wait', duration: 0.2 });
+    const zoom = await act({ action: 'zoom', region: [0, 0, 200, 100] });
+    expect(zoom.screenshot).toMatchObject({ width: 200, height: 100 });
+    expect(pngInfo(Buffer.from((zoom.screenshot as Shot).data, 'base64'))).toMatchObject({ width: 200, height: 100 });
+  });
+
+  it('scales a screen wider than 1280 px to 1280 and maps points back', async () => {
+    const wide = await srv.client.sessions.create({ desktop: { width: 1600, height: 900 } });
+    try {
+      const call2 = (args: Record<string, unknown>) => srv.client.tools.call(wide.id, 'computer', args);
+      const r = (await call2({ action: 'screenshot' })) as { decision: string; result: ComputerResult };
+      expect(r.result.screen).toEqual({ width: 1600, height: 900 });
+      expect(r.result.screenshot).toMatchObject({ width: 1280, height: 720 });
+      expect(pngInfo(Buffer.from((r.result.screenshot as Shot).data, 'base64'))).toMatchObject({ width: 1280, height: 720 });
+      await call2({ action: 'mouse_move', coordinate: [640, 360], screenshot: false });
+      expect((await wide.run(['xdotool', 'getmouselocation', '--shell'])).stdout).toContain('X=800\nY=450');
+      expect(((await call2({ action: 'cursor_position' })) as { result: ComputerResult }).result.coordinate).toEqual([640, 360]);
+      expect(await call2({ action: 'left_click', coordinate: [1280, 10] })).toMatchObject({ decision: 'deny', code: 'invalid_arguments' });
+    } finally {
+      await wide.terminate();
+    }
+  });
+
   it('refuses points outside the screenshot before anything runs', async () => {
     const r = await call({ action: 'left_click', coordinate: [1024, 10] });
     expect(r).toMatchObject({ decision: 'deny', stage: 'arguments', code: 'invalid_arguments' });

@@ -4,11 +4,11 @@
  * and after hibernate and a wake the application still holds that text (Return makes it save the field).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { DEFAULT_SCREEN, pngInfo } from '../../src/core/index.js';
 import { Berth, type Session } from '../../src/sdk/index.js';
 import { hasCommand, skipReason } from '../helpers/env.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { useTestServer } from '../helpers/server.js';
 
 const skip = skipReason('QEMU desktop e2e', hasCommand('qemu-system-x86_64') ? undefined : 'qemu-system-x86_64 is not installed');
 
@@ -24,18 +24,12 @@ const APP = [
 ].join('\n');
 
 describe.skipIf(skip)('a desktop on the qemu backend', () => {
-  let t: TestServer;
-  beforeAll(async () => {
-    t = await startTestServer();
-  }, 300_000);
-  afterAll(async () => {
-    await t?.destroy();
-  }, 120_000);
+  const srv = useTestServer();
 
   it('screenshots, types into a Tk app through the computer tool, and keeps the app across hibernate and wake', async () => {
     const t0 = Date.now();
-    const s: Session = await t.client.sessions.create({ backend: 'qemu', desktop: true });
-    const agent = new Berth({ url: t.url, token: s.agentToken as string });
+    const s: Session = await srv.t.client.sessions.create({ backend: 'qemu', desktop: true });
+    const agent = new Berth({ url: srv.t.url, token: s.agentToken as string });
     const act = async (args: Record<string, unknown>) => {
       const r = await agent.tools.call(s.id, 'computer', args);
       if (r.decision !== 'allow') throw new Error(`computer ${JSON.stringify(args)}: ${JSON.stringify(r)}`);

@@ -6,33 +6,27 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Berth } from '../../src/sdk/index.js';
 import { hasCommand, skipReason } from '../helpers/env.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, useTestServer } from '../helpers/server.js';
 import { pidsMatching } from '../../bench/memory.js';
 
 const skip = skipReason('QEMU e2e', hasCommand('qemu-system-x86_64') ? undefined : 'qemu-system-x86_64 is not installed');
 const COUNTER = "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.05; done' >/dev/null 2>&1 &";
 
 describe.skipIf(skip)('the qemu backend through the API', () => {
-  let t: TestServer;
-  beforeAll(async () => {
-    t = await startTestServer();
-  }, 300_000);
-  afterAll(async () => {
-    await t?.destroy();
-  }, 120_000);
+  const srv = useTestServer();
 
   it('runs a session end to end: exec, gate, hibernate, fork, restart, terminate', async () => {
-    const s = await t.client.sessions.create({ backend: 'qemu', memoryMb: 256 });
+    const s = await srv.t.client.sessions.create({ backend: 'qemu', memoryMb: 256 });
     expect(s.state).toBe('running');
     expect((await s.refresh()).backend).toBe('qemu');
     expect((await s.run(['uname', '-s'])).stdout.toString()).toBe('Linux\n');
     await s.run(['sh', '-c', COUNTER]);
 
     // The gate is the same for both backends.
-    const agent = new Berth({ url: t.url, token: s.agentToken as string });
+    const agent = new Berth({ url: srv.t.url, token: s.agentToken as string });
     const w = await agent.tools.call(s.id, 'fs.write', { path: '/root/g.txt', content: 'through the gate' });
     expect(w.decision).toBe('allow');
     const r = await agent.tools.call(s.id, 'fs.read', { path: '/root/g.txt' });
@@ -52,7 +46,7 @@ describe.skipIf(skip)('the qemu backend through the API', () => {
 
     // Fork: the snapshot's files and processes, each branch its own identity.
     const snap = await s.snapshot({ name: 'qemu-prefix' });
-    const branches = await t.client.snapshots.fork(snap.snapshotId, { count: 2 });
+    const branches = await srv.t.client.snapshots.fork(snap.snapshotId, { count: 2 });
     const hosts = await Promise.all(branches.map(async (b) => (await b.run(['hostname'])).stdout.toString().trim()));
     const mids = await Promise.all(branches.map((b) => b.files.readText('/etc/machine-id')));
     expect(new Set(hosts).size).toBe(2);
@@ -62,20 +56,20 @@ describe.skipIf(skip)('the qemu backend through the API', () => {
     expect(await branches[1]!.files.readText('/root/g.txt')).toBe('through the gate');
 
     // Restart the server in-process: the guest keeps running and is re-adopted.
-    await t.stop();
-    t = await startTestServer({ dataDir: t.dataDir });
-    const again = await t.client.sessions.get(s.id);
+    await srv.t.stop();
+    srv.t = await startTestServer({ dataDir: srv.t.dataDir });
+    const again = await srv.t.client.sessions.get(s.id);
     expect(again.state).toBe('running');
     const n2 = Number((await again.run(['cat', '/tmp/n'])).stdout.toString());
     await sleep(400);
     expect(Number((await again.run(['cat', '/tmp/n'])).stdout.toString())).toBeGreaterThan(n2);
 
     // Terminate wipes the guest's disk layer, memory images and sockets.
-    for (const b of await t.client.sessions.list()) await b.terminate();
-    await t.client.snapshots.delete(snap.snapshotId);
-    const qdir = join(t.dataDir, 'qemu');
+    for (const b of await srv.t.client.sessions.list()) await b.terminate();
+    await srv.t.client.snapshots.delete(snap.snapshotId);
+    const qdir = join(srv.t.dataDir, 'qemu');
     expect(existsSync(qdir) ? readdirSync(qdir).filter((d) => d.startsWith('ses_')) : []).toEqual([]);
-    expect(readdirSync(join(t.dataDir, 'snapshots'))).toEqual([]);
+    expect(readdirSync(join(srv.t.dataDir, 'snapshots'))).toEqual([]);
     expect(await pidsMatching(s.id)).toEqual([]);
   }, 300_000);
 });

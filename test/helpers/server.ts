@@ -1,4 +1,5 @@
 /** A real Berth server for end-to-end tests: real store, real runsc, real HTTP on 127.0.0.1:0. */
+import { afterAll, beforeAll } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,4 +48,16 @@ export async function startTestServer(o: { dataDir?: string; clock?: Clock; idle
       await rm(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/** A test server for a describe block: started before its tests, destroyed after them. The holder's `t` is set in beforeAll. */
+export function useTestServer(): { t: TestServer } {
+  const h = {} as { t: TestServer };
+  beforeAll(async () => {
+    h.t = await startTestServer();
+  }, 300_000);
+  afterAll(async () => {
+    await h.t?.destroy();
+  }, 120_000);
+  return h;
 }
