@@ -9,14 +9,13 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DESKTOP_RECORDING_PATH, desktopRecordingExecId, sha256Hex } from '../../src/core/index.js';
 import type { Session } from '../../src/sdk/index.js';
 import { REPO, gvisorMissing, skipReason } from '../helpers/env.js';
-import { expandCheckpoint } from '../helpers/find-bytes.js';
+import { filesContaining } from '../helpers/find-bytes.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
 const skip = skipReason('desktop recording e2e', gvisorMissing());
@@ -24,20 +23,6 @@ const skip = skipReason('desktop recording e2e', gvisorMissing());
 const W = 640;
 const H = 480;
 const MIB = 1024 * 1024;
-
-/** Files below dir holding needle, checkpoint state files inflated (as test/e2e/wipe.test.ts). */
-async function filesWith(dir: string, needle: Buffer): Promise<string[]> {
-  const hits: string[] = [];
-  for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) hits.push(...(await filesWith(p, needle)));
-    else if (e.isFile()) {
-      const b = await readFile(p).catch(() => Buffer.alloc(0));
-      if (b.includes(needle) || expandCheckpoint(b).includes(needle)) hits.push(p);
-    }
-  }
-  return hits;
-}
 
 function isMpegTs(v: Uint8Array): boolean {
   if (v.length === 0 || v.length % 188 !== 0) return false;
@@ -100,7 +85,7 @@ describe.skipIf(skip)('desktop recordings (real runsc, real ffmpeg)', () => {
     while (((k * 188) % 4096) + 188 > 4096) k++;
     const needle = Buffer.from(sofar.subarray(k * 188, (k + 1) * 188));
     await s.hibernate();
-    expect((await filesWith(srv.dataDir, needle)).length, 'the search sees the video inside the checkpoint image').toBeGreaterThan(0);
+    expect((await filesContaining(srv.dataDir, needle)).length, 'the search sees the video inside the checkpoint image').toBeGreaterThan(0);
     await s.wake();
     const woke = (await s.desktop.info()).recording;
     expect(woke).toMatchObject({ recording: true, execId: started.execId });
@@ -157,6 +142,6 @@ describe.skipIf(skip)('desktop recordings (real runsc, real ffmpeg)', () => {
     expect(actions).toEqual(['session.desktop.record.start', 'session.desktop.record.stop', 'session.desktop.record.start', 'session.desktop.record.stop']);
 
     await s.terminate();
-    expect(await filesWith(srv.dataDir, needle), 'no byte of the video is left on the host').toEqual([]);
+    expect(await filesContaining(srv.dataDir, needle), 'no byte of the video is left on the host').toEqual([]);
   }, 300_000);
 });

@@ -32,7 +32,7 @@ export function expandCheckpoint(b: Buffer): Buffer {
 }
 
 /** Files below dir (recursively, symlinks not followed) whose bytes, or expanded checkpoint, contain needle. */
-export async function filesContaining(dir: string, needle: string): Promise<string[]> {
+export async function filesContaining(dir: string, needle: string | Buffer): Promise<string[]> {
   const hits: string[] = [];
   for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
     const p = join(dir, e.name);
