@@ -41,8 +41,19 @@ done
 export DISPLAY=${DESKTOP_DISPLAY}
 openbox &
 w=$!
-# In a loop: after a restore x11vnc has been seen to stop greeting; the engine then kills it (reviveVnc).
-(while :; do x11vnc -display ${DESKTOP_DISPLAY} -rfbport ${DESKTOP_VNC_PORT} -localhost -forever -shared -threads -nopw -noxdamage -nobell -quiet -noxrecord; sleep 0.5; done) &
+# x11vnc in a loop, under a watchdog: after a restore it has been seen (rarely, on a loaded host) to accept
+# connections and never greet again. Probed every 5 s once it has greeted; 2 silent probes in a row (or
+# 12 before it ever greeted) and it is killed, and the loop starts a new one. Viewers then reconnect.
+greets() { (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} && read -r -t 3 -n 3 g <&3 && [ "$g" = RFB ]) 2>/dev/null; }
+(while :; do
+  x11vnc -display ${DESKTOP_DISPLAY} -rfbport ${DESKTOP_VNC_PORT} -localhost -forever -shared -threads -nopw -noxdamage -nobell -quiet -noxrecord &
+  p=$!; up=0; bad=0
+  while sleep 5 && kill -0 "$p" 2>/dev/null; do
+    if greets; then up=1; bad=0; else bad=$((bad + 1)); fi
+    if [ "$bad" -ge $((up ? 2 : 12)) ]; then echo "x11vnc stopped greeting: restarted" >&2; kill -9 "$p"; fi
+  done
+  wait "$p"; sleep 0.5
+done) &
 v=$!
 (sleep 1; xsetroot -solid '#3b4252') &
 wait -n "$x" "$w" "$v"

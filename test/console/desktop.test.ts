@@ -41,12 +41,12 @@ class RawRfb {
     ws.on('message', (d: Buffer) => (this.buf = Buffer.concat([this.buf, d])));
   }
 
-  static async open(url: string, headers: Record<string, string> = {}): Promise<RawRfb> {
+  static async open(url: string, headers: Record<string, string> = {}, greetMs = 60_000): Promise<RawRfb> {
     const ws = new WebSocket(url, ['binary'], { headers });
     await new Promise<void>((ok, fail) => (ws.once('open', () => ok()), ws.once('error', fail)));
     const c = new RawRfb(ws);
     try {
-      await c.take(12); // ProtocolVersion
+      await c.take(12, greetMs); // ProtocolVersion
       ws.send(Buffer.from('RFB 003.008\n'));
       const n = (await c.take(1))[0]!;
       expect([...(await c.take(n))]).toContain(1); // None offered
@@ -63,8 +63,24 @@ class RawRfb {
     }
   }
 
-  private async take(n: number): Promise<Buffer> {
-    await until(`${n} bytes from the VNC server`, () => this.buf.length >= n, 60_000);
+  /**
+   * open() as a viewer that reconnects would: a VNC server that stopped greeting is replaced by the
+   * desktop's watchdog within about 20 s (a new x11vnc), so a try that hears nothing in 20 s tries again.
+   */
+  static async openReconnecting(url: string, headers: Record<string, string>, deadlineMs: number): Promise<RawRfb> {
+    const end = Date.now() + deadlineMs;
+    for (;;) {
+      try {
+        return await RawRfb.open(url, headers, 20_000);
+      } catch (e) {
+        if (Date.now() > end) throw e;
+      }
+    }
+  }
+
+  private async take(n: number, timeoutMs = 60_000): Promise<Buffer> {
+    await until(`${n} bytes from the VNC server`, () => this.buf.length >= n || this.ws.readyState === this.ws.CLOSED, timeoutMs);
+    if (this.buf.length < n) throw new Error(`the VNC connection closed before ${n} bytes came`);
     const out = this.buf.subarray(0, n);
     this.buf = this.buf.subarray(n);
     return out;
@@ -259,7 +275,7 @@ describe.skipIf(skip)('the desktop view in the console (real runsc, real x11vnc,
     await s.wake();
     await connected(opPage);
     await waitMode(opPage, 'view only');
-    const raw = await RawRfb.open(vncUrl(), { authorization: `Bearer ${opKey}` });
+    const raw = await RawRfb.openReconnecting(vncUrl(), { authorization: `Bearer ${opKey}` }, 90_000);
     try {
       await raw.sync();
     } finally {

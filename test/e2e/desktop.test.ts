@@ -11,7 +11,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { pngInfo, sha256Hex } from '../../src/core/index.js';
+import { DESKTOP_EXEC_ID, DESKTOP_VNC_PORT, pngInfo, sha256Hex } from '../../src/core/index.js';
 import { DEFAULT_POLICY_TEXT } from '../../src/policy/index.js';
 import { Berth, type Session } from '../../src/sdk/index.js';
 import { REPO, gvisorMissing, skipReason } from '../helpers/env.js';
@@ -200,6 +200,27 @@ describe.skipIf(skip)('desktops: the computer tool on a real desktop (real runsc
     await srv.client.control.release(s.id);
     expect((await call({ action: 'screenshot' })).decision).toBe('allow');
   });
+
+  it('a VNC server that stops greeting (x11vnc stopped) is replaced by the watchdog, and the desktop goes on', async () => {
+    const greets = `(exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} && read -r -t 2 -n 3 g <&3 && [ "$g" = RFB ]) 2>/dev/null`;
+    const before = (await s.run(['pgrep', '-x', 'x11vnc'])).stdout.trim();
+    expect(before).toMatch(/^\d+$/);
+    // SIGSTOP: the kernel still accepts connections for it, and nothing greets (what a hung x11vnc does).
+    expect((await s.run(['kill', '-STOP', before])).code).toBe(0);
+    expect((await s.run(['bash', '-c', greets])).code).not.toBe(0);
+    const t0 = Date.now();
+    for (;;) {
+      if ((await s.run(['bash', '-c', greets])).code === 0) break;
+      if (Date.now() - t0 > 60_000) throw new Error('the VNC server was not replaced within 60 s');
+      await sleep(500);
+    }
+    const after = (await s.run(['pgrep', '-x', 'x11vnc'])).stdout.trim();
+    expect(after).toMatch(/^\d+$/);
+    expect(after).not.toBe(before);
+    const procs = await s.processes.list();
+    expect(procs.find((p) => p.execId === DESKTOP_EXEC_ID)?.state).toBe('running');
+    expect((await call({ action: 'screenshot' })).decision).toBe('allow');
+  }, 90_000);
 
   it('a fork branch has the form open as it was, with its own identity', async () => {
     const snap = await s.snapshot({ name: `desk-${Date.now()}` });
