@@ -157,6 +157,6 @@ export async function orphans(berth: Berth, dataDir: string): Promise<string[]> 
   const all = await berth.sessions.list({ states: [...ALL_STATES] });
   const live = all.filter((s) => s.info.state === 'running' || s.info.state === 'paused').map((s) => s.id);
   const owns = (text: string) => live.some((id) => text.includes(id));
-  const candidates = all.flatMap((s) => [1, 2, 3, 4].map((g) => `${s.id}-g${g}`));
+  const candidates = all.flatMap((s) => Array.from({ length: 12 }, (_, g) => `${s.id}-g${g + 1}`));
   return leftovers(dataDir, candidates, owns);
 }

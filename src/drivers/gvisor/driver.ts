@@ -71,19 +71,26 @@ interface Live {
 export const CHECKPOINT_FLAGS: readonly string[] = Object.freeze([]);
 export const RESTORE_FLAGS: readonly string[] = Object.freeze([]);
 
-/** A snapshot in progress: where its image goes and what the restore after it needs. */
-interface SnapshotMarker {
+/**
+ * A checkpoint in progress: where its image goes, what the restore after it needs, and whether the sandbox
+ * is to run on (a snapshot) or stop there (a hibernate).
+ */
+interface CheckpointMarker {
   imageDir: string;
   paths: SandboxPaths;
+  kind: 'snapshot' | 'hibernate';
 }
 
-async function readMarker(file: string): Promise<SnapshotMarker | undefined> {
+async function readMarker(file: string): Promise<CheckpointMarker | undefined> {
   try {
-    return JSON.parse(await readFile(file, 'utf8')) as SnapshotMarker;
+    return { kind: 'snapshot', ...(JSON.parse(await readFile(file, 'utf8')) as Partial<CheckpointMarker>) } as CheckpointMarker;
   } catch {
     return undefined;
   }
 }
+
+/** Created in the image directory once `runsc checkpoint` has exited 0 (RunscCli.run's doneFile). */
+const CHECKPOINT_DONE = 'checkpoint.done';
 
 /** Written beside a checkpoint image, last: what a restore must reproduce exactly. */
 const MANIFEST = 'berth-image.json';
@@ -257,7 +264,7 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
   async adopt(spec: SandboxSpec, opts: CallOptions = {}): Promise<boolean> {
     if (this.live.has(spec.sandboxId)) return true;
     const marker = await readMarker(this.markerPath(spec.sandboxId));
-    if (marker) return this.finishSnapshot(spec, marker, opts);
+    if (marker) return this.finishCheckpoint(spec, marker, opts);
     const no = (why: string) => {
       this.opts.log?.(`cannot re-adopt sandbox ${spec.sandboxId}: ${why}`);
       return false;
@@ -292,26 +299,34 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
     }
   }
 
-  /** Written before a snapshot's checkpoint, removed once the sandbox runs again (see finishSnapshot). */
+  /** Written before a checkpoint; removed once a snapshot's sandbox runs again or a hibernate's image is whole. */
   private markerPath(sandboxId: string): string {
     this.dir(sandboxId); // validates the id
     return join(this.opts.stateDir, 'snapshotting', `${sandboxId}.json`);
   }
 
   /**
-   * The server stopped in the middle of a snapshot of this sandbox (its marker is there). The checkpoint
-   * stops the sandbox and the driver restores it from the image right after: if the server died between
-   * the two, the machine is only in the image. Waits for a `runsc checkpoint` still at work (it runs in a
-   * session of its own and outlives the server), then re-attaches a sandbox that still runs, or restores
-   * the stopped one from the image under the same id and identity.
+   * The server stopped in the middle of a checkpoint of this sandbox (its marker is there). Waits for a
+   * `runsc checkpoint` still at work (it runs in a session of its own and outlives the server); its done
+   * file says whether it succeeded. A hibernate whose checkpoint succeeded is completed (manifest written;
+   * false: the machine is in the image, and recovery makes the session hibernated); one that did not is
+   * rolled back by re-attaching the sandbox, which still runs. A snapshot's sandbox is re-attached if it
+   * runs, or, stopped by a checkpoint that succeeded, restored from the image under the same id and identity.
    */
-  private async finishSnapshot(spec: SandboxSpec, m: SnapshotMarker, opts: CallOptions): Promise<boolean> {
+  private async finishCheckpoint(spec: SandboxSpec, m: CheckpointMarker, opts: CallOptions): Promise<boolean> {
     const id = spec.sandboxId;
     try {
       for (let i = 0; i < 1200; i++) {
         const busy = (await this.processes()).some((p) => p.args.includes('checkpoint') && p.args[p.args.length - 1] === id);
         if (!busy) break;
         await sleep(100);
+      }
+      const done = existsSync(join(m.imageDir, CHECKPOINT_DONE));
+      const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...m.paths };
+      if (m.kind === 'hibernate' && done) {
+        this.opts.log?.(`completing the hibernation of sandbox ${id} the server was taking when it stopped`);
+        await writeFile(join(m.imageDir, MANIFEST), JSON.stringify(manifest));
+        return false;
       }
       const st = await this.runsc.state(id, { timeoutMs: 30_000 }).catch(() => undefined);
       if (st?.status === 'running' && existsSync(join(this.dir(id), 'agent.in'))) {
@@ -320,15 +335,14 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
         const attached = await this.attach(id, opts).then(() => true, () => false);
         if (attached) return true;
       }
-      if (!existsSync(join(m.imageDir, 'checkpoint.img'))) return false;
+      if (m.kind === 'hibernate' || !done) return false;
       this.opts.log?.(`restoring sandbox ${id} from the snapshot the server was taking when it stopped`);
-      const manifest: ImageManifest = { version: 1, backend: 'gvisor', ...m.paths };
       await writeFile(join(m.imageDir, MANIFEST), JSON.stringify(manifest));
       await this.destroy(id);
       await this.start(spec, m.paths, ['restore', '--detach', ...RESTORE_FLAGS, `--image-path=${m.imageDir}`], opts);
       return true;
     } catch (e) {
-      this.opts.log?.(`cannot finish the interrupted snapshot of ${id}: ${(e as Error).message}`);
+      this.opts.log?.(`cannot finish the interrupted checkpoint of ${id}: ${(e as Error).message}`);
       return false;
     } finally {
       await rm(this.markerPath(id), { force: true });
@@ -401,11 +415,10 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
     // A checkpoint that runs out of room kills the sandbox (runsc stops it whatever the outcome): refuse
     // before touching it when the image cannot fit, so the session carries on as it was.
     await ensureRoom(sandboxId, imageDir);
+    // The marker lets a server killed mid-checkpoint finish or roll it back on restart (finishCheckpoint).
     const marker = this.markerPath(sandboxId);
-    if (opts.leaveRunning) {
-      await mkdir(dirname(marker), { recursive: true });
-      await writeFile(marker, JSON.stringify({ imageDir, paths } satisfies SnapshotMarker));
-    }
+    await mkdir(dirname(marker), { recursive: true });
+    await writeFile(marker, JSON.stringify({ imageDir, paths, kind: opts.leaveRunning ? 'snapshot' : 'hibernate' } satisfies CheckpointMarker));
     // runsc cannot checkpoint a frozen sandbox: thaw first (a paused session stays paused in the record).
     await thaw(sandboxId);
     await entry.channel.quiesce(opts);
@@ -414,6 +427,7 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
       await this.runsc.run(['checkpoint', ...CHECKPOINT_FLAGS, `--image-path=${imageDir}`, sandboxId], {
         signal: opts.signal,
         timeoutMs: 300_000,
+        doneFile: join(imageDir, CHECKPOINT_DONE),
       });
     } catch (e) {
       entry.stopping = false;
@@ -438,6 +452,7 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
         await rm(marker, { force: true });
       }
     } else {
+      await rm(marker, { force: true }); // the image is whole (manifest written): nothing left to finish
       // The stopped container is removed off the critical path; a later destroy() of it waits for this.
       const cleanup = this.destroy(sandboxId)
         .catch((e) => this.opts.log?.(`cleanup of ${sandboxId} failed: ${(e as Error).message}`))

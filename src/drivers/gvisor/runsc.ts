@@ -46,6 +46,11 @@ export class Runsc {
       stdio?: [number, number, number];
       timeoutMs?: number;
       allowFail?: boolean;
+      /**
+       * Created once runsc has exited 0. runsc runs detached and outlives a server killed meanwhile (a
+       * checkpoint goes on to its end); this file tells the restarted server whether it succeeded.
+       */
+      doneFile?: string;
     } = {},
   ): Promise<RunscResult> {
     const signal = opts.timeoutMs ? AbortSignal.any([AbortSignal.timeout(opts.timeoutMs), ...(opts.signal ? [opts.signal] : [])]) : opts.signal;
@@ -54,15 +59,21 @@ export class Runsc {
     // detached: runsc runs in a session (and process group) of its own, and so does everything it forks
     // (older runsc leaves the gofer in its caller's group). A Ctrl-C or a supervisor signalling the
     // server's process group must not reach a sandbox: the sandboxes outlive the server and are re-adopted.
-    const child = spawn(this.opts.binary, [...this.globalArgs(), ...args], {
-      stdio: opts.stdio ?? ['ignore', 'pipe', 'pipe'],
-      detached: true,
-    });
+    const argv = [this.opts.binary, ...this.globalArgs(), ...args];
+    // With a doneFile a shell waits for runsc ($0 "$@") and records its success; it exits with runsc's code.
+    const child = opts.doneFile
+      ? spawn('/bin/sh', ['-c', '"$0" "$@" && : > "$BERTH_DONE_FILE"', ...argv], {
+          stdio: opts.stdio ?? ['ignore', 'pipe', 'pipe'],
+          detached: true,
+          env: { ...process.env, BERTH_DONE_FILE: opts.doneFile },
+        })
+      : spawn(argv[0]!, argv.slice(1), { stdio: opts.stdio ?? ['ignore', 'pipe', 'pipe'], detached: true });
     let stdout = '';
     let stderr = '';
     child.stdout?.on('data', (b: Buffer) => (stdout += b.toString()));
     child.stderr?.on('data', (b: Buffer) => (stderr += b.toString()));
-    const onAbort = () => child.kill('SIGKILL');
+    // The shell's whole group (it leads one, being detached), so runsc goes with it.
+    const onAbort = () => (opts.doneFile && child.pid ? killGroup(child.pid) : child.kill('SIGKILL'));
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
       const code = await new Promise<number>((resolve, reject) => {
@@ -112,4 +123,12 @@ export class Runsc {
 
 function lastLines(s: string): string {
   return s.trim().split('\n').slice(-3).join(' | ').slice(0, 1000);
+}
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
 }
