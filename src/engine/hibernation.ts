@@ -157,6 +157,8 @@ export async function settleHibernation(
     const snap = r.hibernationSnapshotId;
     const complete = snap !== null && (await imageComplete(d, deps.snapshots, snap));
     if (alive) {
+      // Rolled back. A QEMU machine stopped for its migration stays stopped until told to go on.
+      if (sandboxId) await d.resume(sandboxId);
       await t.transition('running', { hibernationSnapshotId: null });
       if (snap) await deps.snapshots.delete(snap);
       return 'adopted';
@@ -177,6 +179,8 @@ export async function settleHibernation(
   }
   if (r.state !== 'waking') throw new InvalidStateError(`session ${r.id} is ${r.state}, neither hibernating nor waking`, { details: { state: r.state } });
   if (alive) {
+    // A QEMU machine restored but not yet told to go on (`cont`) waits for it.
+    if (sandboxId) await d.resume(sandboxId);
     await t.transition('running', {});
     return 'adopted';
   }

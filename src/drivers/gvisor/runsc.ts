@@ -60,14 +60,9 @@ export class Runsc {
     // (older runsc leaves the gofer in its caller's group). A Ctrl-C or a supervisor signalling the
     // server's process group must not reach a sandbox: the sandboxes outlive the server and are re-adopted.
     const argv = [this.opts.binary, ...this.globalArgs(), ...args];
-    // With a doneFile a shell waits for runsc ($0 "$@") and records its success; it exits with runsc's code.
-    const child = opts.doneFile
-      ? spawn('/bin/sh', ['-c', '"$0" "$@" && : > "$BERTH_DONE_FILE"', ...argv], {
-          stdio: opts.stdio ?? ['ignore', 'pipe', 'pipe'],
-          detached: true,
-          env: { ...process.env, BERTH_DONE_FILE: opts.doneFile },
-        })
-      : spawn(argv[0]!, argv.slice(1), { stdio: opts.stdio ?? ['ignore', 'pipe', 'pipe'], detached: true });
+    // With a doneFile a shell waits for runsc and records its success; it exits with runsc's code.
+    const [file, ...rest] = opts.doneFile ? ['/bin/sh', '-c', 'f="$1"; shift; "$@" && : > "$f"', 'berth-runsc', opts.doneFile, ...argv] : argv;
+    const child = spawn(file!, rest, { stdio: opts.stdio ?? ['ignore', 'pipe', 'pipe'], detached: true });
     let stdout = '';
     let stderr = '';
     child.stdout?.on('data', (b: Buffer) => (stdout += b.toString()));

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { open, readFile, rename, writeFile } from 'node:fs/promises';
+import { copyFile, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type SandboxIdentity, InvalidStateError, NotFoundError, SandboxError } from '../../core/index.js';
 import type { MachineConfig } from './machine.js';
@@ -50,6 +51,19 @@ export async function migrate(qmp: QmpClient, command: 'migrate' | 'migrate-inco
 }
 
 /**
+ * Cancels an outgoing migration left running (a server killed mid-hibernate: QEMU and the `cat` writing the
+ * image outlive it) and waits until it has stopped, so the machine can go on. The partial image is dropped
+ * by whoever owns its directory. Does nothing when no migration runs.
+ */
+export async function cancelMigration(qmp: QmpClient, signal?: AbortSignal): Promise<void> {
+  const status = async () => (await qmp.execute<{ status?: string }>('query-migrate', undefined, signal ? { signal } : {})).status;
+  const busy = (s: string | undefined) => s === 'setup' || s === 'active' || s === 'pre-switchover' || s === 'device' || s === 'cancelling';
+  if (!busy(await status())) return;
+  await qmp.execute('migrate_cancel', undefined, signal ? { signal } : {});
+  for (let i = 0; i < 200 && busy(await status()); i++) await sleep(50);
+}
+
+/**
  * `cont` after a migration. QEMU emits MIGRATION completed slightly before it leaves the finish-migrate
  * run state, and a `cont` in that window fails with "Migration is not finalized yet": retry it briefly.
  */
@@ -97,6 +111,60 @@ export async function fsyncFile(path: string, flags = 'r+'): Promise<void> {
   } finally {
     await fh.close();
   }
+}
+
+/**
+ * Written into a hibernate's image directory once its migration has completed, before QEMU quits: the
+ * manifest to be, where the disk layer is until it moves in, and the host's boot id. A server killed from
+ * then until the commit (ImageCommits) leaves an image that completeImage() finishes: the memory stream is
+ * whole, and so is the disk layer, which QEMU no longer writes. Only on the same boot: after a host crash
+ * the files may never have reached the disk, and an image without a manifest is then rightly lost.
+ */
+export const PENDING = 'berth-image.pending.json';
+
+interface Pending {
+  manifest: string;
+  disk: string;
+  bootId: string;
+}
+
+async function bootId(): Promise<string> {
+  return (await readFile('/proc/sys/kernel/random/boot_id', 'utf8')).trim();
+}
+
+export async function writePending(imageDir: string, manifest: string, disk: string): Promise<void> {
+  const tmp = join(imageDir, `${PENDING}.tmp`);
+  await writeFile(tmp, JSON.stringify({ manifest, disk, bootId: await bootId() } satisfies Pending));
+  await rename(tmp, join(imageDir, PENDING));
+}
+
+/** fsyncs the image's files, then writes its manifest (the commit mark) and drops the pending note. */
+export async function commitImage(imageDir: string, manifest: string): Promise<void> {
+  await Promise.all([fsyncFile(join(imageDir, MEMORY_FILE)), fsyncFile(join(imageDir, DISK_FILE))]);
+  await writeManifest(imageDir, manifest);
+  await rm(join(imageDir, PENDING), { force: true });
+}
+
+/**
+ * The image's manifest; for an image a server stopped before committing (PENDING there, same boot), the
+ * disk layer is moved in if it is not yet, and the image committed first.
+ */
+export async function completeImage(imageDir: string): Promise<ImageManifest> {
+  if (!existsSync(join(imageDir, MANIFEST))) {
+    const p = await readFile(join(imageDir, PENDING), 'utf8').then((t) => JSON.parse(t) as Pending, () => undefined);
+    if (p && p.bootId === (await bootId())) {
+      const disk = join(imageDir, DISK_FILE);
+      // Still in the machine's directory: not moved, or copied (across filesystems) maybe only in part.
+      if (existsSync(p.disk)) {
+        await rename(p.disk, disk).catch(async (e: NodeJS.ErrnoException) => {
+          if (e.code !== 'EXDEV') throw e;
+          await copyFile(p.disk, disk);
+        });
+      }
+      if (existsSync(disk)) await commitImage(imageDir, p.manifest);
+    }
+  }
+  return readManifest(imageDir);
 }
 
 /**

@@ -45,12 +45,13 @@ import {
   MANIFEST,
   MEMORY_FILE,
   MIGRATE_BANDWIDTH,
+  cancelMigration,
+  commitImage,
+  completeImage,
   contAfterMigration,
-  fsyncFile,
   manifestText,
   migrate,
-  readManifest,
-  writeManifest,
+  writePending,
 } from './checkpoint.js';
 import { type MachineConfig, type MachinePaths, checkSocketPaths, machineConfig, machinePaths, qemuArgv, shellQuote } from './machine.js';
 import { type Accel, probeAccel } from './probe.js';
@@ -259,7 +260,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
 
   async restore(spec: SandboxSpec, imageDir: string, opts: CallOptions = {}): Promise<void> {
     // An image this process wrote is complete before its commit is durable; a restore need not wait.
-    const manifest = this.commits.pending(imageDir) ?? (await readManifest(imageDir));
+    const manifest = this.commits.pending(imageDir) ?? (await completeImage(imageDir));
     const r = await withSignal(this.ready(), opts.signal);
     if (manifest.config.accel === 'kvm' && r.accel !== 'kvm') {
       throw new UnavailableError(`image ${imageDir} was taken under KVM, which is not usable here`);
@@ -287,7 +288,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
 
   /** An image this process wrote counts once its files are complete (as restore() takes it), before its commit is durable. */
   async imageComplete(imageDir: string): Promise<boolean> {
-    return this.commits.pending(imageDir) !== undefined || (await readManifest(imageDir).then(() => true, () => false));
+    return this.commits.pending(imageDir) !== undefined || (await completeImage(imageDir).then(() => true, () => false));
   }
 
   /**
@@ -422,6 +423,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
       qmp = await QmpClient.connect({ path: paths.qmpSocket, timeoutMs: 5000, signal });
       await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'events', state: true }] });
       await qmp.execute('migrate-set-parameters', { 'max-bandwidth': MIGRATE_BANDWIDTH });
+      await cancelMigration(qmp, signal);
       const status = await qmp.execute<{ running: boolean }>('query-status');
       sock = await connectUnix(paths.agentSocket, signal);
       // A machine started by a server from before consoles were rings writes its console to serial.log itself.
@@ -467,7 +469,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
 
   async resume(sandboxId: string, opts: CallOptions = {}): Promise<void> {
     const live = this.get(sandboxId);
-    await live.qmp.execute('cont', undefined, opts);
+    await contAfterMigration(live.qmp, opts.signal); // recovery resumes machines a hibernate or wake stopped
     if (!live.channel) {
       live.channel = await AgentChannel.connect({ input: live.agentSocket, output: live.agentSocket, signal: opts.signal, timeoutMs: 10_000, helloIntervalMs: 100, acceptTcp: this.tcp.acceptorFor(live.spec.sandboxId) });
     }
@@ -495,6 +497,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
       identity: live.spec.identity,
       createdAt: new Date().toISOString(),
     };
+    const text = manifestText(manifest);
     const carryOn = async () => {
       if (!running) return;
       await contAfterMigration(live.qmp);
@@ -517,6 +520,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
         await carryOn();
       }
     } else {
+      await writePending(imageDir, text, live.paths.disk); // the memory is whole (PENDING)
       live.stopping = true;
       await live.qmp.execute('quit').catch(() => undefined);
       if (!(await waitGone(live.pid, live.paths.qmpSocket, 10_000))) process.kill(live.pid, 'SIGKILL');
@@ -528,11 +532,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
       await moveFile(live.paths.disk, disk);
       await rm(live.paths.dir, { recursive: true, force: true });
     }
-    const text = manifestText(manifest);
-    this.commits.add(imageDir, manifest, async () => {
-      await Promise.all([fsyncFile(memory), fsyncFile(disk)]);
-      await writeManifest(imageDir, text);
-    });
+    this.commits.add(imageDir, manifest, () => commitImage(imageDir, text));
     const sizes = await Promise.all([stat(memory), stat(disk)]);
     return { bytes: sizes[0].size + sizes[1].size + Buffer.byteLength(text) };
   }
