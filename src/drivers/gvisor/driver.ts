@@ -20,7 +20,7 @@ import {
 } from '../../core/index.js';
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { AgentBackedDriver } from '../agent/agent-driver.js';
-import { cgroupPids, freeze, freezerState, oomKilled, readStats, removeCgroups, thaw } from './cgroup.js';
+import { cgroupPids, freeze, freezerState, oomKilled, readStats, removeCgroups, setSandboxesShares, thaw } from './cgroup.js';
 import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { ensureRoom, pausedDeath, runningFromStateFile } from './host-checks.js';
 import { Runsc } from './runsc.js';
@@ -115,6 +115,8 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
   /** Removals of checkpointed sandboxes still running in the background, by sandbox id. */
   private readonly cleanups = new Map<string, Promise<void>>();
   private pausedWatch: NodeJS.Timeout | undefined;
+  /** The sandboxes' CPU weight against the server's, set at construction (cgroup.ts, SANDBOXES_CPU_SHARES). */
+  private readonly shares: Promise<void>;
 
   constructor(private readonly opts: GvisorDriverOptions) {
     super();
@@ -124,6 +126,10 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
       platform: opts.platform ?? 'ptrace',
     });
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 15_000;
+    // Best effort: without a cpu controller (or not root) sandboxes simply weigh what every process does.
+    this.shares = existsSync('/sys/fs/cgroup/cpu')
+      ? setSandboxesShares().catch((e: unknown) => this.opts.log?.(`cannot set the sandboxes' CPU shares: ${(e as Error).message}`))
+      : Promise.resolve();
     this.capabilities = Object.freeze({
       fork: true,
       liveMemory: true,
@@ -183,6 +189,7 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
 
   /** Shared by create and restore: bundle, FIFOs, `runsc run|restore`, agent handshake, identity. */
   private async start(spec: SandboxSpec, paths: SandboxPaths, verb: string[], opts: CallOptions): Promise<void> {
+    await this.shares;
     const dir = this.dir(spec.sandboxId);
     await rm(dir, { recursive: true, force: true });
     await mkdir(join(dir, 'bundle'), { recursive: true });
