@@ -10,13 +10,19 @@
  * expects.
  */
 import { Hono } from 'hono';
-import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { Principal } from '../core/index.js';
 import type { Engine, GateService } from '../engine/api.js';
 import { LIMITS, toApprovalView } from '../protocol/index.js';
 import { idParam, principal, type Env } from './context.js';
 import type { Logger } from './log.js';
-import { mcpServerFor, type ApprovalLookup } from './mcp.js';
+import type { ApprovalLookup } from './mcp.js';
+
+/**
+ * The MCP SDK (and the schema compiler it loads) on the first MCP request, not at startup: importing it
+ * is about a third of the server's module loading, which every restart waits for before re-adopting.
+ */
+let sdk: Promise<[typeof import('@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'), typeof import('./mcp.js')]> | undefined;
+const loadSdk = () => (sdk ??= Promise.all([import('@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'), import('./mcp.js')]));
 
 export interface McpRouteDeps {
   /** Its `gate` serves the tools. */
@@ -34,6 +40,7 @@ export function mcpRoutes(deps: McpRouteDeps): Hono<Env> {
     // A session the caller may not see is a plain HTTP 404 before any MCP traffic. (listTools, not
     // getSession: agent tokens may list their session's tools but not read its record.)
     await gate.listTools(p, sessionId);
+    const [{ WebStandardStreamableHTTPServerTransport }, { mcpServerFor }] = await loadSdk();
     const server = mcpServerFor({ gate, principal: p, sessionId, approvals: approvalLookup(gate, p, sessionId), log: deps.log });
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, maxRequestBodySize: LIMITS.jsonBodyBytes });
     await server.connect(transport);
