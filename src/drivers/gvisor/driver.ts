@@ -21,7 +21,7 @@ import {
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { AgentBackedDriver } from '../agent/agent-driver.js';
 import { cgroupPids, freeze, freezerState, oomKilled, readStats, removeCgroups, setSandboxesShares, thaw } from './cgroup.js';
-import { pidsOf, runscProcesses, type RunscProcess } from './host.js';
+import { growPipes, pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { ensureRoom, pausedDeath, runningFromStateFile } from './host-checks.js';
 import { Runsc } from './runsc.js';
 import { ociSpec, type SandboxPaths } from './spec.js';
@@ -206,6 +206,8 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
     // reopen the FIFOs and carry on (see adopt()).
     const inRW = openSync(fifoIn, fsc.O_RDWR);
     const outRW = openSync(fifoOut, fsc.O_RDWR);
+    const grown = await growPipes(this.opts.agentPath, [fifoIn, fifoOut]); // while open, so the pipes exist
+    if (grown) this.opts.log?.(`sandbox ${spec.sandboxId}: the channel keeps 64 KiB pipes: ${grown}`);
     const logPath = join(dir, 'sandbox.log');
     const logFd = openSync(logPath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_APPEND, 0o600);
     try {
