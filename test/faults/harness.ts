@@ -10,7 +10,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ServerProcess } from '../../bench/server-process.js';
+import { killGroup, startServerProcess, type ServerProcess } from '../../bench/server-process.js';
 import { Berth, type Session } from '../../src/sdk/index.js';
 
 export { killGroup, startServerProcess, stopServerProcess, type ServerProcess } from '../../bench/server-process.js';
@@ -143,6 +143,19 @@ export async function exited(s: ServerProcess, ms = 60_000): Promise<{ code: num
   if (r) return r;
   s.child.kill('SIGKILL');
   return s.exited;
+}
+
+/**
+ * Starts `op`, SIGKILLs the server's whole process group `afterMs` into it (what a supervisor's kill does),
+ * waits for both, and starts a new server on the same data directory.
+ */
+export async function killDuring(server: ServerProcess, dataDir: string, afterMs: number, op: () => Promise<unknown>): Promise<ServerProcess> {
+  const pending = op().catch(() => undefined);
+  await sleep(afterMs);
+  killGroup(server.child, 'SIGKILL');
+  await exited(server);
+  await pending;
+  return startServerProcess({ dataDir });
 }
 
 export type { Session };

@@ -5,10 +5,9 @@
  * or roll it back (the checkpoint had not succeeded: the sandbox still runs and is re-adopted). Never
  * `failed`, never an orphan. Killed at several points into the hibernate, on both backends.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { gvisorMissing, hasCommand, skipReason } from '../helpers/env.js';
-import { COUNTER, client, counterRuns, exited, killGroup, orphans, scrub, startServerProcess, stopServerProcess, tempDataDir, type ServerProcess } from './harness.js';
+import { COUNTER, client, counterRuns, killDuring, orphans, scrub, startServerProcess, stopServerProcess, tempDataDir, type ServerProcess } from './harness.js';
 
 const BACKENDS = [
   { backend: 'gvisor' as const, missing: gvisorMissing() },
@@ -35,13 +34,9 @@ describe.each(BACKENDS)('issue 7: SIGKILL during hibernate ($backend)', ({ backe
     await s.run(['sh', '-c', 'head -c 50000000 /dev/urandom > /root/ballast']); // a checkpoint worth interrupting
 
     const outcomes: string[] = [];
-    for (const afterMs of [10, 50, 200, 400, 700, 1000, 1500]) {
-      const hib = berth.sessions.get(s.id).then((x) => x.hibernate()).catch(() => undefined);
-      await sleep(afterMs);
-      killGroup(server.child, 'SIGKILL');
-      await exited(server);
-      await hib;
-      server = await startServerProcess({ dataDir });
+    for (const afterMs of [10, 50, 100, 200, 300, 400, 700, 1000, 1500]) {
+      const before = berth;
+      server = await killDuring(server, dataDir, afterMs, () => before.sessions.get(s.id).then((x) => x.hibernate()));
       berth = client(server);
       let after = await berth.sessions.get(s.id);
       const at = `killed ${afterMs} ms into the hibernate`;

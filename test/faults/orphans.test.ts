@@ -4,10 +4,9 @@
  * on its command line; the restarted server's recovery finds them by it and reclaims every one no session
  * owns. Checked on the host after each restart, at several points into the fork.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { gvisorMissing, skipReason } from '../helpers/env.js';
-import { COUNTER, client, counterRuns, exited, killGroup, leftovers, orphans, scrub, startServerProcess, stopServerProcess, tempDataDir, type ServerProcess } from './harness.js';
+import { COUNTER, client, counterRuns, killDuring, leftovers, orphans, scrub, startServerProcess, stopServerProcess, tempDataDir, type ServerProcess } from './harness.js';
 
 const skip = skipReason('orphan faults', gvisorMissing());
 
@@ -32,12 +31,8 @@ describe.skipIf(skip)('issue 7 §6: orphans of an interrupted fork', () => {
     const snap = await parent.snapshot({ name: 'base' });
 
     for (const afterMs of [150, 400, 800, 1300]) {
-      const fork = berth.snapshots.fork(snap.id, { count: 4 }).catch(() => undefined);
-      await sleep(afterMs);
-      killGroup(server.child, 'SIGKILL');
-      await exited(server);
-      await fork;
-      server = await startServerProcess({ dataDir });
+      const before = berth;
+      server = await killDuring(server, dataDir, afterMs, () => before.snapshots.fork(snap.id, { count: 4 }));
       berth = client(server);
       expect(await orphans(berth, dataDir), `killed ${afterMs} ms into the fork`).toEqual([]);
       const p = await berth.sessions.get(parent.id);

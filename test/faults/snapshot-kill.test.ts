@@ -4,10 +4,9 @@
  * finishes the job (waits for the checkpoint, restores the machine from its image) and the session runs
  * with its processes and files. Killed at several points into the snapshot.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { gvisorMissing, skipReason } from '../helpers/env.js';
-import { COUNTER, client, counterRuns, exited, killGroup, orphans, scrub, startServerProcess, stopServerProcess, tempDataDir, type ServerProcess } from './harness.js';
+import { COUNTER, client, counterRuns, killDuring, orphans, scrub, startServerProcess, stopServerProcess, tempDataDir, type ServerProcess } from './harness.js';
 
 const skip = skipReason('snapshot-kill faults', gvisorMissing());
 
@@ -29,12 +28,8 @@ describe.skipIf(skip)('issue 7 §4: SIGKILL during snapshot', () => {
     await s.run(['sh', '-c', 'head -c 50000000 /dev/urandom > /root/ballast']); // a checkpoint worth interrupting
 
     for (const afterMs of [100, 300, 600, 1000]) {
-      const snap = berth.sessions.get(s.id).then((x) => x.snapshot({ name: `at-${afterMs}` })).catch(() => undefined);
-      await sleep(afterMs);
-      killGroup(server.child, 'SIGKILL');
-      await exited(server);
-      await snap;
-      server = await startServerProcess({ dataDir });
+      const before = berth;
+      server = await killDuring(server, dataDir, afterMs, () => before.sessions.get(s.id).then((x) => x.snapshot({ name: `at-${afterMs}` })));
       berth = client(server);
       const after = await berth.sessions.get(s.id);
       expect([after.info.state, after.info.failureReason], `killed ${afterMs} ms into the snapshot`).toEqual(['running', null]);

@@ -37,9 +37,10 @@ async function collect(src: AsyncIterable<Uint8Array>): Promise<Buffer> {
 }
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
-/** An image's files once its manifest (written last, after the fsyncs) is there. */
+/** An image's files once it is committed: its manifest (written last, after the fsyncs) there, its pending note gone. */
 async function committed(dir: string): Promise<string[]> {
-  for (let i = 0; i < 100 && !(await readdir(dir)).includes('berth-image.json'); i++) await sleep(50);
+  const done = (names: string[]) => names.includes('berth-image.json') && !names.includes('berth-image.pending.json');
+  for (let i = 0; i < 100 && !done(await readdir(dir)); i++) await sleep(50);
   return (await readdir(dir)).sort();
 }
 

@@ -421,9 +421,9 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
     try {
       const signal = AbortSignal.any([AbortSignal.timeout(15_000), ...(opts.signal ? [opts.signal] : [])]);
       qmp = await QmpClient.connect({ path: paths.qmpSocket, timeoutMs: 5000, signal });
+      await cancelMigration(qmp, signal); // first: QEMU refuses migration settings while one runs
       await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'events', state: true }] });
       await qmp.execute('migrate-set-parameters', { 'max-bandwidth': MIGRATE_BANDWIDTH });
-      await cancelMigration(qmp, signal);
       const status = await qmp.execute<{ running: boolean }>('query-status');
       sock = await connectUnix(paths.agentSocket, signal);
       // A machine started by a server from before consoles were rings writes its console to serial.log itself.
