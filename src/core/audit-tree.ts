@@ -1,7 +1,8 @@
 /**
  * Signed tree heads and proofs over the audit log's Merkle tree (core/merkle.ts). Pure: no files. The key
- * file and the record of the last signed head live in the server (src/server/audit-key.ts); the tree's
- * storage in the store (src/store/audit-tree.ts).
+ * file and the ledger of the last signed head live in the store layer (src/store/audit-key.ts,
+ * audit-ledger.ts); the tree's storage in each store (src/store/audit-tree.ts, src/store/postgres/audit-tree.ts),
+ * which share what does not depend on the database (core/audit-tree-check.ts).
  *
  * A leaf is the entry's exact stored bytes, spelled as one JSON text (`entryLeafText`): the stored JSON
  * columns (principal, data) are spliced in verbatim, never re-parsed, so a stored column with a duplicated
@@ -224,4 +225,34 @@ export interface AuditTree {
   consistencyProof(fromSize: number, toSize: number): Promise<string[]>;
   /** Recomputes the tree from the rows and checks each head (signature with `publicKey`, then consistency). */
   verify(checkpoints: SignedHead[], publicKey: KeyObject): Promise<TreeVerifyResult>;
+}
+
+/** Rows in the audit table (its last seq), leaves in the tree, and whether the last row's leaf is the stored one. */
+export interface RowsAndLeaves {
+  rows: number;
+  leaves: number;
+  lastLeafMatches: boolean;
+}
+
+/**
+ * The tree as a store exposes it to the server's start-up (src/store/audit-key.ts) and to the engine's
+ * AuditProofs: the port, plus signing with the server's key and the operator-accepted rebuild. Both stores
+ * implement it, so the start check and the proof routes are one piece of code over either.
+ */
+export interface KeyedAuditTree extends AuditTree {
+  /**
+   * Signs a head with every append from now on (the server attaches its key before it serves), and after
+   * each commit records that head in `ledgerPath`, a file beside the key, outside the data directory.
+   */
+  attachSigner(signer: HeadSigner, opts?: { ledgerPath?: string }): Promise<void>;
+  /** The head signed with the newest committed append, if a signer was attached by then. */
+  signedHead(): Promise<SignedHead | undefined>;
+  /** Signs the current head now (a checkpoint; or a first head for an old log); records it in the ledger. */
+  signNow(timestamp: number): Promise<SignedHead>;
+  rowsAndLastLeaf(): Promise<RowsAndLeaves>;
+  /**
+   * Operator-accepted recovery (`--accept-audit-rollback`): the tree is rebuilt from the rows as they stand
+   * and signed. The only code that deletes tree nodes; the caller records that it ran.
+   */
+  rebuild(timestamp: number): Promise<SignedHead | undefined>;
 }

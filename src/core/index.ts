@@ -10,6 +10,7 @@ export * from './canonical.js';
 export * from './snapshots.js';
 export * from './tools.js';
 export * from './audit-tree.js';
+export * from './audit-tree-check.js';
 export * from './idempotency.js';
 export * from './desktop.js';
 export * from './png.js';

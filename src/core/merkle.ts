@@ -119,6 +119,62 @@ export class MerkleFrontier {
   }
 }
 
+/** A tree held in memory as one buffer per level (32 bytes a node): 64 MB at 10^6 leaves. */
+export class MemoryTree implements NodeReader {
+  readonly levels: Buffer[];
+  /** `leaves`: the leaf hashes, 32 bytes each, in order. */
+  constructor(readonly size: number, leaves: Buffer) {
+    this.levels = [leaves];
+    let prev = leaves;
+    for (let n = Math.floor(size / 2); n >= 1; n = Math.floor(n / 2)) {
+      const next = Buffer.allocUnsafe(n * 32);
+      for (let i = 0; i < n; i++) nodeHash(prev.subarray(64 * i, 64 * i + 32), prev.subarray(64 * i + 32, 64 * i + 64)).copy(next, 32 * i);
+      this.levels.push(next);
+      prev = next;
+    }
+  }
+  async node(level: number, index: number): Promise<Uint8Array> {
+    return this.nodeSync(level, index);
+  }
+  nodeSync(level: number, index: number): Uint8Array {
+    const l = this.levels[level];
+    if (l === undefined || (index + 1) * 32 > l.length) throw new RangeError(`no node (${level}, ${index})`);
+    return l.subarray(32 * index, 32 * index + 32);
+  }
+  leaf(i: number): Buffer {
+    return (this.levels[0] as Buffer).subarray(32 * i, 32 * i + 32);
+  }
+  /** Every node, for writing the whole tree back to storage. */
+  *nodes(): Generator<CompletedNode> {
+    for (let level = 0; level < this.levels.length; level++) {
+      const n = (this.levels[level] as Buffer).length / 32;
+      for (let index = 0; index < n; index++) yield { level, index, hash: Buffer.from(this.nodeSync(level, index)) };
+    }
+  }
+}
+
+export interface NodePosition {
+  level: number;
+  index: number;
+}
+
+/**
+ * Runs `run` over nodes read in one batch, for storage where each read is a round trip. Which nodes a root,
+ * a proof or a frontier reads depends on the sizes alone, never on hash values, so a first run over
+ * placeholder hashes learns the positions, `fetch` reads them all at once, and a second run computes.
+ */
+export async function withNodes<T>(fetch: (wanted: readonly NodePosition[]) => Promise<NodeReader>, run: (nodes: NodeReader) => Promise<T>): Promise<T> {
+  const wanted = new Map<string, NodePosition>();
+  const placeholder = Buffer.alloc(32);
+  await run({
+    node: async (level, index) => {
+      wanted.set(`${level}/${index}`, { level, index });
+      return placeholder;
+    },
+  });
+  return run(await fetch([...wanted.values()]));
+}
+
 /**
  * MTH(D[start : start+n]) for a range whose start is a multiple of the largest power of two below n (true
  * of every range the root and the proofs below ask for).

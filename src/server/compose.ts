@@ -9,13 +9,13 @@ import { SessionManager, type SessionManagerOptions } from '../engine/manager.js
 import { recover, type RecoveryReport } from '../engine/recovery.js';
 import { resolveIdleSweepMs } from '../engine/options.js';
 import { newSecret } from '../engine/auth.js';
-import { SqliteStore, openSqliteStore } from '../store/sqlite.js';
+import { openSqliteStore } from '../store/sqlite.js';
 import { verifyAudit, type VerifiableAuditLog } from '../store/audit.js';
 import { openPostgresStore, redact } from '../store/postgres/store.js';
 import { LocalSnapshotStore } from '../store/snapshot-dir.js';
 import type { Engine } from '../engine/api.js';
 import { AuditProofs } from '../engine/audit-proofs.js';
-import { checkAuditAtStart, ledgerPathFor, openAuditKey } from '../store/audit-key.js';
+import { checkAuditAtStart, ledgerPathFor, openAuditKey, type KeyedAuditLog } from '../store/audit-key.js';
 import { DEFAULT_QUOTAS } from '../engine/quotas.js';
 import type { TenantQuotas } from '../core/index.js';
 
@@ -140,8 +140,8 @@ function memoryFloors(drivers: Partial<Record<BackendName, SandboxDriver>>): Par
   return out;
 }
 
-/** A store of either kind with its audit log (SqliteStore, PostgresStore). */
-export type EngineStore = Store & { readonly audit: AuditLog & VerifiableAuditLog };
+/** A store of either kind with its audit log and the log's signed tree (SqliteStore, PostgresStore). */
+export type EngineStore = Store & { readonly audit: AuditLog & VerifiableAuditLog & KeyedAuditLog };
 
 /** What composeEngine wires together: everything createBerth opens, already open. */
 export interface EngineParts {
@@ -173,22 +173,19 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
   const log = parts.log ?? (() => undefined);
   const sweepMs = resolveIdleSweepMs(parts.idleSweepMs);
   const keyPath = resolve(parts.auditKeyPath ?? join(parts.dataDir, 'audit.key'));
-  // The Merkle tree and signed heads live in the embedded store; a PostgreSQL store has the chain only (for now).
-  const sqlite = store instanceof SqliteStore ? store : undefined;
-  let auditProofs: AuditProofs | undefined;
-  if (sqlite) {
-    try {
-      const signer = openAuditKey(keyPath);
-      sqlite.audit.tree.attachSigner(signer, { ledgerPath: ledgerPathFor(keyPath) });
-      await checkAuditAtStart({ store: sqlite, signer, keyPath, acceptRollback: parts.acceptAuditRollback ?? false, clock, log });
-      auditProofs = new AuditProofs({ tree: sqlite.audit.tree, signer, clock });
-    } catch (e) {
-      await Promise.resolve(store.close()).catch(() => undefined);
-      throw e;
-    }
+  // Both stores keep the Merkle tree and its signed heads (store.audit.tree): one wiring for either.
+  let auditProofs: AuditProofs;
+  try {
+    const signer = openAuditKey(keyPath);
+    await store.audit.tree.attachSigner(signer, { ledgerPath: ledgerPathFor(keyPath) });
+    await checkAuditAtStart({ store, signer, keyPath, acceptRollback: parts.acceptAuditRollback ?? false, clock, log });
+    auditProofs = new AuditProofs({ tree: store.audit.tree, signer, clock });
+  } catch (e) {
+    await Promise.resolve(store.close()).catch(() => undefined);
+    throw e;
   }
   const manager = new SessionManager({
-    ...(auditProofs ? { auditProofs } : {}),
+    auditProofs,
     store,
     audit: store.audit,
     verifyAudit: () => verifyAudit(store),

@@ -6,9 +6,19 @@
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { AppError, ConfigError, HeadSigner, verifyHeadSignature, type Clock, type SignedHead } from '../core/index.js';
-import type { SqliteStore } from './sqlite.js';
-import { ROLLBACK_ACTION, readLedger } from './audit-tree.js';
+import {
+  AppError,
+  ConfigError,
+  HeadSigner,
+  ROLLBACK_ACTION,
+  verifyHeadSignature,
+  type AuditEntry,
+  type AuditInput,
+  type Clock,
+  type KeyedAuditTree,
+  type SignedHead,
+} from '../core/index.js';
+import { readLedger } from './audit-ledger.js';
 
 export const ledgerPathFor = (keyPath: string) => `${keyPath}.head.json`;
 
@@ -34,8 +44,17 @@ export function openAuditKey(path: string): HeadSigner {
   }
 }
 
+/** An audit log that keeps a signed tree: SqliteAuditLog and PgAuditLog. */
+export interface KeyedAuditLog {
+  readonly tree: KeyedAuditTree;
+  append(input: AuditInput): Promise<AuditEntry>;
+  /** Accepts the database's head as the truth for the head anchor (see the stores' audit logs). */
+  reanchor(): Promise<unknown>;
+}
+
 export interface AuditStartOptions {
-  store: SqliteStore;
+  /** Either store: the check is the same over both. */
+  store: { readonly audit: KeyedAuditLog };
   signer: HeadSigner;
   keyPath: string;
   /** Start even if the database is behind (or beside) its last signed head, and record that. */
@@ -56,7 +75,7 @@ export async function checkAuditAtStart(o: AuditStartOptions): Promise<void> {
   const last = readLedger(ledgerPath);
   const head = await tree.head();
   const signed = await tree.signedHead();
-  const { rows, leaves, lastLeafMatches } = tree.rowsAndLastLeaf();
+  const { rows, leaves, lastLeafMatches } = await tree.rowsAndLastLeaf();
   const problems: string[] = [];
   if (rows !== leaves || !lastLeafMatches) problems.push(`the audit table has ${rows} entries but its tree ${leaves} leaves${lastLeafMatches ? '' : ' (the last entry is not the one the tree holds)'}`);
   if (signed !== undefined) {
@@ -80,7 +99,7 @@ export async function checkAuditAtStart(o: AuditStartOptions): Promise<void> {
   }
   o.log(`audit: starting with --accept-audit-rollback: ${problems.join('; ')}`);
   await o.store.audit.reanchor();
-  tree.rebuild(o.clock.now());
+  await tree.rebuild(o.clock.now());
   await o.store.audit.append({
     tenantId: null,
     sessionId: null,

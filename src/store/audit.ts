@@ -3,6 +3,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { ChainChecker, GENESIS_HASH, hashEntry } from '../core/audit.js';
 import type { AuditEntry, AuditInput, AuditLog, AuditQuery, Principal, VerifyResult } from '../core/audit.js';
 import { canonicalJson } from '../core/canonical.js';
+import { STORED_AUDIT_COLUMNS } from '../core/audit-tree-check.js';
 import { AppError, ConfigError, InvalidArgumentError } from '../core/errors.js';
 import type { Clock } from '../core/store.js';
 import { translateSqliteError } from './sqlite-errors.js';
@@ -93,7 +94,8 @@ export interface AuditRow {
   hash: string;
 }
 
-export const COLUMNS = 'seq, ts, tenant_id, session_id, principal, action, outcome, data, prev_hash, hash';
+/** The audit row's columns, in AuditRow's order (spelled once, in core: the trees read the same rows). */
+export const COLUMNS = STORED_AUDIT_COLUMNS;
 
 function parseColumn(raw: unknown): unknown {
   if (typeof raw === 'string') {

@@ -110,6 +110,10 @@ export const MIGRATIONS: readonly Migration[] = checkMigrations([
   { version: 6, name: 'port_links', up: V6_PORT_LINKS },
   { version: 7, name: 'watch_links', up: V7_WATCH_LINKS },
   { version: 8, name: 'idempotency_keys', up: V8_IDEMPOTENCY_KEYS },
+  // PostgreSQL's v4 was an empty placeholder (its store then had no Merkle tree); v9 creates the tree there
+  // (postgres/audit-tree.ts). Here the tree has existed since v4, so v9 changes nothing: it exists so that
+  // version N names the same schema on both stores (postgres/migrations.ts; a test compares the lists).
+  { version: 9, name: 'audit_tree_postgres', up: '' },
 ]);
 
 export interface MigrationResult {

@@ -1,16 +1,21 @@
 /**
  * The whole server side on PostgreSQL: the real engine, gate and HTTP app over a PostgresStore (the
  * in-memory driver stands in for gVisor), a gated call, a restart over the same database and data
- * directory, and the audit chain verified through the API, anchor included.
+ * directory, the audit chain verified through the API, anchor included, and the signed tree's routes
+ * (key, checkpoint, proofs, verify against a checkpoint) answering as on SQLite, with the restart refused
+ * once the table behind a signed head is cut.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parsePublicKey, verifyHeadSignature, type ConsistencyDocument, type InclusionDocument, type SignedHead } from '../../src/core/index.js';
 import { createApp } from '../../src/server/app.js';
 import { openPostgresStore } from '../../src/store/postgres/store.js';
 import { createTestEngine } from '../helpers/engine.js';
 import { skipReason } from '../helpers/env.js';
+import { checkConsistency, checkInclusion, leaf } from '../helpers/merkle-verifier.js';
 import { postgresMissing, startPostgres, type PgCluster } from '../helpers/postgres.js';
 
 const skip = skipReason('PostgreSQL end-to-end test', postgresMissing());
@@ -66,7 +71,9 @@ describe.skipIf(skip)('the server on PostgreSQL', () => {
 
   it('Idempotency-Key: the answer is durable across a restart, per tenant; another body is 422', async () => {
     const url = await cluster.newDatabase();
-    const open = async () => createTestEngine({ dataDir, store: await openPostgresStore({ url, anchorPath: join(dataDir, 'audit-head-idem') }) });
+    // A data directory of its own: the audit key's ledger there remembers the other test's database.
+    const dir = await mkdtemp(join(dataDir, 'idem-'));
+    const open = async () => createTestEngine({ dataDir: dir, store: await openPostgresStore({ url, anchorPath: join(dir, 'audit-head') }) });
     const headers = (token: string, key: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': key });
     const t1 = await open();
     const app1 = createApp({ engine: t1.engine });
@@ -90,5 +97,56 @@ describe.skipIf(skip)('the server on PostgreSQL', () => {
     } finally {
       await t2.close();
     }
+  });
+
+  it('audit proofs over HTTP: key, checkpoint, inclusion and consistency proofs, verify against the checkpoint; a cut tail refuses the restart', async () => {
+    const url = await cluster.newDatabase();
+    const dir = await mkdtemp(join(dataDir, 'proofs-'));
+    const open = async () => createTestEngine({ dataDir: dir, store: await openPostgresStore({ url, anchorPath: join(dir, 'audit-head') }) });
+    const auth = (token: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json' });
+    const t1 = await open();
+    let head: SignedHead;
+    try {
+      const app = createApp({ engine: t1.engine });
+      const get = async <T>(path: string, init: RequestInit = {}): Promise<T> => {
+        const r = await app.request(path, { headers: auth(t1.rootKey), ...init });
+        expect(r.status, path).toBe(200);
+        return (await r.json()) as T;
+      };
+      for (const name of ['a', 'b', 'c']) await t1.engine.createTenant(t1.root, name);
+      const key = parsePublicKey((await get<{ publicKey: string }>('/v1/audit/key')).publicKey);
+      head = await get<SignedHead>('/v1/audit/checkpoints', { method: 'POST' });
+      expect(head.treeSize).toBeGreaterThanOrEqual(3);
+      expect(verifyHeadSignature(key, head)).toBe(true);
+      const inc = await get<InclusionDocument>(`/v1/audit/proofs/inclusion/2?treeSize=${head.treeSize}`);
+      expect(inc.head).toMatchObject({ treeSize: head.treeSize, rootHash: head.rootHash });
+      const root = Buffer.from(head.rootHash, 'hex');
+      expect(checkInclusion(Buffer.from(inc.entry, 'utf8'), 1, head.treeSize, inc.proof.map((h) => Buffer.from(h, 'hex')), root)).toBe(true);
+      const first = await get<InclusionDocument>('/v1/audit/proofs/inclusion/1?treeSize=1');
+      const cons = await get<ConsistencyDocument>(`/v1/audit/proofs/consistency?from=1&to=${head.treeSize}`);
+      expect(checkConsistency(1, head.treeSize, leaf(Buffer.from(first.entry, 'utf8')), root, cons.proof.map((h) => Buffer.from(h, 'hex')))).toBe(true);
+    } finally {
+      await t1.close();
+    }
+
+    // A restart with the same key and ledger starts, and the log verifies against the published head.
+    const t2 = await open();
+    try {
+      const app = createApp({ engine: t2.engine });
+      const r = await app.request('/v1/audit/verify', { method: 'POST', headers: auth(t2.rootKey), body: JSON.stringify({ checkpoints: [head] }) });
+      expect(await r.json()).toMatchObject({ ok: true, tree: { latestSigned: { ok: true }, checkpoints: [{ ok: true, treeSize: head.treeSize }] } });
+    } finally {
+      await t2.close();
+    }
+
+    // Someone with database access cuts the tail (guards lifted): the next start is refused.
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    try {
+      await c.query('ALTER TABLE audit DISABLE TRIGGER USER; DELETE FROM audit WHERE seq > 2; ALTER TABLE audit ENABLE TRIGGER USER');
+    } finally {
+      await c.end();
+    }
+    await expect(open()).rejects.toMatchObject({ code: 'invalid_state' });
   });
 });

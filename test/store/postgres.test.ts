@@ -1,13 +1,15 @@
 /**
- * The store conformance suite against PostgreSQL 15, in a private cluster this file starts and stops, and
- * what only PostgreSQL needs showing: the migrations mean what SQLite's mean, a second server on the same
- * database continues one chain, and the race that forUpdate prevents is real there.
+ * The store conformance and audit tree suites against PostgreSQL 15, in a private cluster this file starts
+ * and stops, and what only PostgreSQL needs showing: the migrations mean what SQLite's mean (a database from
+ * before the tree gets it), a second server on the same database continues one chain and one signed tree,
+ * and the race that forUpdate prevents is real there.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HeadSigner, canonicalJson, type Clock } from '../../src/core/index.js';
 import { emptyMetering, type SessionRecord } from '../../src/core/records.js';
 import { verifyAudit } from '../../src/store/audit.js';
 import { MIGRATIONS } from '../../src/store/migrations.js';
@@ -16,6 +18,8 @@ import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/
 import { skipReason } from '../helpers/env.js';
 import { postgresMissing, startPostgres, type PgCluster } from '../helpers/postgres.js';
 import { session, storeConformance, type StoreUnderTest } from './store-suite.js';
+import { auditTreeConformance } from './audit-tree-suite.js';
+import { mth } from '../helpers/merkle-verifier.js';
 
 const skip = skipReason('PostgreSQL store tests', postgresMissing());
 let cluster: PgCluster;
@@ -32,9 +36,20 @@ async function sql(url: string, statement: string): Promise<void> {
   }
 }
 
-async function open(url?: string, anchorPath?: string): Promise<PostgresStore> {
+/** Rows of one statement on a connection of its own, int8 read as numbers (as the store reads them). */
+async function rowsOf(url: string, statement: string, params: unknown[] = []): Promise<Record<string, unknown>[]> {
+  const c = new pg.Client({ connectionString: url, types: { getTypeParser: ((oid: number, f?: 'text' | 'binary') => (oid === 20 ? Number : pg.types.getTypeParser(oid, f ?? 'text'))) as pg.CustomTypesConfig['getTypeParser'] } });
+  await c.connect();
+  try {
+    return (await c.query(statement, params)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+async function open(url?: string, anchorPath?: string, clock?: Clock): Promise<PostgresStore> {
   const u = url ?? (await cluster.newDatabase());
-  const s = await openPostgresStore({ url: u, ...(anchorPath ? { anchorPath } : {}) });
+  const s = await openPostgresStore({ url: u, ...(anchorPath ? { anchorPath } : {}), ...(clock ? { clock } : {}) });
   urls.set(s, u);
   return s;
 }
@@ -53,7 +68,62 @@ describe.skipIf(skip)('postgres', () => {
     sql: (store: StoreUnderTest, statement: string) => sql(urls.get(store) as string, statement),
   });
 
+  auditTreeConformance('postgres', {
+    open: (clock) => open(undefined, undefined, clock),
+    reopen: (store, clock) => open(urls.get(store), undefined, clock),
+    sql: (store, statement, params) => rowsOf(urls.get(store) as string, statement, params),
+    async dropGuards(store) {
+      for (const t of ['audit', 'audit_tree']) await rowsOf(urls.get(store) as string, `ALTER TABLE ${t} DISABLE TRIGGER USER`);
+    },
+    refusedOnTree: [
+      'DELETE FROM audit_tree',
+      'TRUNCATE audit_tree',
+      "UPDATE audit_tree SET hash = '\\x00'",
+      "INSERT INTO audit_tree (level, idx, hash) VALUES (0, 0, '\\x00')",
+      "INSERT INTO audit_tree (level, idx, hash) VALUES (0, 0, '\\x00') ON CONFLICT (level, idx) DO UPDATE SET hash = excluded.hash",
+      "INSERT INTO audit_tree (level, idx, hash) VALUES (0, 0, '\\x00') ON CONFLICT DO NOTHING",
+    ],
+  });
+
   describe('postgres only', () => {
+    it('a database from before the tree (schema 8) with entries gets its tree when the store opens, from the rows\' bytes', async () => {
+      const s = await open();
+      const url = urls.get(s) as string;
+      for (let i = 0; i < 5; i++) await s.audit.append({ tenantId: null, sessionId: null, principal: { kind: 'system', id: 'system', tenantId: null }, action: 'x.y', outcome: 'ok', data: { i, s: 'ü' } });
+      await s.close();
+      // Back to schema 8: no tree tables, v9 not recorded.
+      await sql(url, `DROP TABLE audit_tree, audit_signed_head; DROP FUNCTION berth_audit_tree_append_only, berth_audit_tree_no_replace;
+        DELETE FROM schema_migrations WHERE version = 9`);
+      const again = await open(url);
+      try {
+        expect(again.schemaVersion).toBe(9);
+        const texts = (await again.audit.query()).map((e) => Buffer.from(canonicalJson(e), 'utf8'));
+        expect(await again.audit.tree.head()).toEqual({ treeSize: 5, rootHash: mth(texts).toString('hex') });
+        const signer = HeadSigner.fromPem(HeadSigner.generatePem());
+        await again.audit.tree.attachSigner(signer);
+        await again.audit.tree.signNow(Date.now());
+        expect(await again.audit.tree.verify([], signer.publicKey)).toMatchObject({ ok: true, treeSize: 5, latestSigned: { ok: true } });
+      } finally {
+        await again.close();
+      }
+    });
+
+    it('two servers with one key on one database keep one signed tree: each signs over the other\'s appends', async () => {
+      const signer = HeadSigner.fromPem(HeadSigner.generatePem());
+      const a = await open();
+      const b = await open(urls.get(a));
+      try {
+        await a.audit.tree.attachSigner(signer);
+        await b.audit.tree.attachSigner(signer);
+        await Promise.all(Array.from({ length: 12 }, (_, i) => (i % 2 ? a : b).audit.append({ tenantId: null, sessionId: null, principal: { kind: 'system', id: 'system', tenantId: null }, action: 'x.y', outcome: 'ok', data: { i } })));
+        const v = await b.audit.tree.verify([await a.audit.tree.signNow(Date.now())], signer.publicKey);
+        expect(v).toMatchObject({ ok: true, treeSize: 12, latestSigned: { ok: true, treeSize: 12 }, checkpoints: [{ ok: true }] });
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
     it('migrations name the same versions as SQLite\'s, and a reopen changes nothing', async () => {
       expect(PG_MIGRATIONS.map((m) => [m.version, m.name])).toEqual(MIGRATIONS.map((m) => [m.version, m.name]));
       const s = await open();

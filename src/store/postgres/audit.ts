@@ -3,7 +3,8 @@
  * and keep seq gapless). Appends from every connection are serialized by a transaction-scoped advisory
  * lock taken before the head is read, so two writers (two servers on one database included) never compute
  * the same seq. Like the SQLite log it keeps a head anchor in a file when given a path: written after the
- * commit, left as found when it disagrees with the database, compared by verifyAudit().
+ * commit, left as found when it disagrees with the database, compared by verifyAudit(); and the Merkle tree
+ * with its signed head (audit-tree.ts), written in each append's transaction.
  */
 import { GENESIS_HASH, hashEntry } from '../../core/audit.js';
 import type { AuditEntry, AuditInput, AuditLog, AuditQuery } from '../../core/audit.js';
@@ -11,9 +12,8 @@ import { AppError, ConfigError, InvalidArgumentError } from '../../core/errors.j
 import type { Clock } from '../../core/store.js';
 import { COLUMNS, decodeEntry, prepareInput, readAnchor, writeAnchor, type AuditAnchor, type AuditRow, type VerifiableAuditLog } from '../audit.js';
 import type { PgScope } from './scope.js';
+import { PgAuditTree, lockAudit } from './audit-tree.js';
 
-/** Held by every appending transaction until it ends. */
-const AUDIT_LOCK = 0x6175_6474; // 'audt'
 const SCAN_PAGE = 512;
 
 export interface PgAuditLogOptions {
@@ -25,6 +25,8 @@ export interface PgAuditLogOptions {
 
 export class PgAuditLog implements AuditLog, VerifiableAuditLog {
   readonly anchorPath: string | undefined;
+  /** The Merkle tree over the entries (and the signed head), written in each append's transaction. */
+  readonly tree: PgAuditTree;
   readonly #scope: PgScope;
   readonly #clock: Clock;
   /** The highest head this process has committed or seen; the anchor only moves forward from it. */
@@ -35,6 +37,7 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
     this.#scope = opts.scope;
     this.#clock = opts.clock;
     this.anchorPath = opts.anchorPath;
+    this.tree = new PgAuditTree({ scope: this.#scope });
   }
 
   /** True when the anchor disagreed with the database; it is then left as found (evidence) until reanchor(). */
@@ -52,8 +55,9 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
     return (await this.#scope.query<{ hash: string }>('SELECT hash FROM audit WHERE seq = $1', [seq], { kind: 'audit entry' })).rows[0]?.hash;
   }
 
-  /** At open: checks the anchor against the database (as the SQLite log does). */
+  /** At open: builds any missing leaves (PgAuditTree.open), then checks the anchor against the database (as the SQLite log does). */
   async open(): Promise<void> {
+    await this.tree.open();
     const head = await this.head();
     this.#known = head;
     if (this.anchorPath === undefined) return;
@@ -75,7 +79,7 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
     const p = prepareInput(input);
     return this.#scope.transaction(async () => {
       const frame = this.#scope.current();
-      await this.#scope.query('SELECT pg_advisory_xact_lock($1)', [AUDIT_LOCK], { kind: 'audit entry' });
+      await lockAudit(this.#scope);
       const head = await this.head();
       const ts = this.#clock.now();
       if (!Number.isSafeInteger(ts)) throw new ConfigError('the clock returned a non-integer time', { details: { ts } });
@@ -96,6 +100,10 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
         [body.seq, ts, p.tenantId, p.sessionId, p.principalJson, body.action, body.outcome, p.dataJson, body.prevHash, hash],
         { kind: 'audit entry' },
       );
+      await this.tree.onAppend({
+        seq: body.seq, ts, tenantId: p.tenantId, sessionId: p.sessionId, principalJson: p.principalJson, action: body.action,
+        outcome: body.outcome, dataJson: p.dataJson, prevHash: body.prevHash, hash,
+      });
       // After the commit the head is read again: an entry of a rolled-back savepoint must not be anchored.
       frame?.afterCommit.set('audit-anchor', async () => this.#committed(await this.head()));
       return { ...body, hash };

@@ -10,6 +10,7 @@ import { ConfigError } from '../../core/errors.js';
 import { PG_V6_PORT_LINKS } from './port-links.js';
 import { PG_V7_WATCH_LINKS } from './watch-links.js';
 import { V8_IDEMPOTENCY_KEYS } from './idempotency.js';
+import { PG_V9_AUDIT_TREE } from './audit-tree.js';
 
 export interface PgMigration {
   readonly version: number;
@@ -153,14 +154,17 @@ export const PG_MIGRATIONS: readonly PgMigration[] = Object.freeze([
   { version: 1, name: 'core_records', up: V1_CORE_RECORDS },
   { version: 2, name: 'tool_gate', up: V2_GATE },
   { version: 3, name: 'snapshot_gate', up: V3_SNAPSHOT_GATE },
-  // SQLite's v4 adds the signed Merkle tree over the audit log. The PostgreSQL store keeps the hash chain
-  // only (README, "Running on PostgreSQL": no proofs, routes answer 503), so v4 here creates nothing; it
-  // exists so that a version number names the same point in the schema's history on both stores.
+  // SQLite's v4 adds the signed Merkle tree over the audit log. The PostgreSQL store had the hash chain only
+  // when v4 shipped, so v4 here creates nothing (databases already at v4 must keep running it as it was);
+  // the tree came with v9 below. v4 exists so that a version number names one point in the schema's history.
   { version: 4, name: 'audit_tree', up: '' },
   { version: 5, name: 'gate_breaker_settings', up: V5_GATE_BREAKER_SETTINGS },
   { version: 6, name: 'port_links', up: PG_V6_PORT_LINKS },
   { version: 7, name: 'watch_links', up: PG_V7_WATCH_LINKS },
   { version: 8, name: 'idempotency_keys', up: V8_IDEMPOTENCY_KEYS },
+  // The signed Merkle tree (SQLite's since v4, where v9 is a no-op). A database with entries gets its
+  // tree built when the store opens (PgAuditTree.open), in the same run that migrated it.
+  { version: 9, name: 'audit_tree_postgres', up: PG_V9_AUDIT_TREE },
 ]);
 
 /** Any number will do, as long as it is only Berth's: every migrating process waits on this lock. */

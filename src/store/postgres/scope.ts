@@ -12,7 +12,13 @@ export interface PgFrame {
   client: pg.PoolClient;
   active: boolean;
   savepoints: number;
-  /** Run after the outermost COMMIT, in order (the audit anchor); keyed so each runs once. */
+  /**
+   * Run on the transaction's connection after fn, just before the outermost COMMIT (the audit tree signs
+   * its head once per transaction); keyed so each runs once. A hook set inside a savepoint that rolled back
+   * still runs: hooks read the database rather than trust what fn saw.
+   */
+  beforeCommit: Map<string, () => Promise<void>>;
+  /** Run after the outermost COMMIT, in order (the audit anchor, the signed-head ledger); keyed so each runs once. */
   afterCommit: Map<string, () => Promise<void>>;
 }
 
@@ -63,14 +69,18 @@ export class PgScope {
     } catch (e) {
       translatePgError(e, { kind: 'transaction' });
     }
-    const frame: PgFrame = { client, active: true, savepoints: 0, afterCommit: new Map() };
+    const frame: PgFrame = { client, active: true, savepoints: 0, beforeCommit: new Map(), afterCommit: new Map() };
     let broken: Error | undefined;
     let released = false;
     try {
       let result: T;
       try {
         await client.query('BEGIN');
-        result = await this.#als.run(frame, fn);
+        result = await this.#als.run(frame, async () => {
+          const r = await fn();
+          for (const f of frame.beforeCommit.values()) await f();
+          return r;
+        });
         frame.active = false;
         await client.query('COMMIT');
       } catch (e) {
