@@ -29,6 +29,21 @@ REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_S = 300
 
 
+def readme_python_blocks() -> dict[str, list[str]]:
+    """The ```python blocks of sdk/python/README.md and of the repository README's "Python SDK" section (up
+    to the next ``## `` heading): test_readme.py runs them all, test_package.py type-checks them."""
+    sdk = (REPO / "sdk" / "python" / "README.md").read_text()
+    main = (REPO / "README.md").read_text()
+    start = main.index("\n### Python SDK\n")
+    end = main.find("\n## ", start)
+    section = main[start : end if end >= 0 else len(main)]
+
+    def blocks(text: str) -> list[str]:
+        return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+    return {"sdk": blocks(sdk), "main": blocks(section)}
+
+
 @dataclass
 class Server:
     url: str

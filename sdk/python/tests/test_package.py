@@ -1,18 +1,18 @@
 """The package as users get it: installed (not imported from the source tree), typed (py.typed, mypy
---strict clean), and the README examples type-check against it."""
+--strict clean), and the README examples (the SDK's and the repository README's Python section) type-check
+against it."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import berth
+from conftest import readme_python_blocks
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_the_tests_run_against_the_installed_package() -> None:
@@ -26,7 +26,9 @@ def test_the_tests_run_against_the_installed_package() -> None:
 
 
 def test_mypy_strict_on_the_package_and_the_readme_examples(tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    found = readme_python_blocks()
+    blocks = found["sdk"] + found["main"]
+    assert len(blocks) >= 5
     pkg = tmp_path / "readme_examples"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")

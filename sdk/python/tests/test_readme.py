@@ -1,11 +1,11 @@
-"""Runs every ```python block of sdk/python/README.md, as written, against the test server: the
-examples cannot rot. Each must also clean up after itself (no live session or snapshot left)."""
+"""Runs every ```python block of sdk/python/README.md and of the repository README's Python SDK section, as
+written, against the test server: the examples cannot rot. Each must also clean up after itself (no live
+session or snapshot left)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import berth
-from conftest import Server
+from conftest import Server, readme_python_blocks
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+README_BLOCKS = readme_python_blocks()
+BLOCKS = README_BLOCKS["sdk"]
 LIVE = ["creating", "running", "paused", "hibernating", "hibernated", "waking"]
 
 
@@ -33,8 +33,9 @@ def _block(marker: str) -> str:
     return found[0]
 
 
-def test_the_readme_has_the_three_examples() -> None:
-    assert len(BLOCKS) == 3
+def test_the_readmes_have_their_examples() -> None:
+    assert len(BLOCKS) == 4
+    assert len(README_BLOCKS["main"]) == 1
 
 
 @pytest.fixture()
@@ -68,3 +69,28 @@ def test_the_eval_example_forks_eight_branches_from_the_same_state(server: Serve
 
 def test_the_async_example(server: Server, tmp_path: Path, leaves_nothing: None) -> None:
     assert _run(server, _block("asyncio.gather"), tmp_path).strip() == "['0', '1', '2', '3']"
+
+
+def test_the_take_over_example(server: Server, tmp_path: Path, leaves_nothing: None) -> None:
+    out = _run(server, _block("Take control"), tmp_path).splitlines()
+    assert out[3].startswith(f"{server.url}/#watch=bwl_")
+    assert out[:3] + out[4:] == [
+        "True root:root",
+        "human_control True",
+        "allow",
+        "[('reviewer', 'active')]",
+        "<h1>fixed by hand</h1>",
+        "404",
+    ]
+
+
+def test_the_python_section_of_the_repository_readme(server: Server, tmp_path: Path, leaves_nothing: None) -> None:
+    [block] = README_BLOCKS["main"]
+    out = _run(server, block, tmp_path).splitlines()
+    assert out[0] == "root:root"
+    assert out[1].startswith(f"{server.url}/#signin=")
+    watch_url, states = out[2].split(" ", 1)
+    assert watch_url.startswith(f"{server.url}/#watch=bwl_") and states == "['active']"
+    port_url, states = out[3].split(" ", 1)
+    assert port_url.startswith(f"{server.url}/p/") and port_url.endswith("/") and states == "['active']"
+    assert len(out) == 4

@@ -64,8 +64,21 @@ from ._models import (
     ToolDefinition,
 )
 from ._options import DEFAULT, DEFAULT_TIMEOUT, DEFAULT_URL, EnvResolution, resolve_env
+from ._console import (
+    AsyncConsoleApi,
+    AsyncControlApi,
+    ConsoleApi,
+    ConsoleLink,
+    ConsoleMe,
+    ControlApi,
+    ControlLease,
+    CreatedWatchLink,
+    PolicyValidation,
+    WatchLink,
+    WatchLinkState,
+)
 from ._desktop import AsyncDesktop, Desktop, DesktopInfo, DesktopRecording
-from ._ports import AsyncPorts, PortLink, Ports
+from ._ports import AsyncPorts, PortLink, PortLinkState, Ports
 from ._processes import AsyncBackgroundProcess, AsyncProcesses, BackgroundProcess, ProcessEvent, Processes
 from ._terminals import Terminal, Terminals
 from ._session import Execution, Files, Session
@@ -84,7 +97,19 @@ __all__ = [
     "BackgroundProcess",
     "AsyncPorts",
     "PortLink",
+    "PortLinkState",
     "Ports",
+    "AsyncConsoleApi",
+    "AsyncControlApi",
+    "ConsoleApi",
+    "ConsoleLink",
+    "ConsoleMe",
+    "ControlApi",
+    "ControlLease",
+    "CreatedWatchLink",
+    "PolicyValidation",
+    "WatchLink",
+    "WatchLinkState",
     "Processes",
     "Terminal",
     "Terminals",

@@ -24,6 +24,7 @@ from ._models import (
     Tool,
     ToolDefinition,
 )
+from ._console import AsyncConsoleApi, AsyncControlApi
 from ._options import DEFAULT, ClientOptions, Timeout, resolve_env, resolve_options
 from ._async_session import AsyncSession
 from ._transport import AsyncTransport
@@ -59,6 +60,10 @@ class AsyncBerth:
         self.policy = AsyncPolicyApi(t)
         self.plans = AsyncPlansApi(t)
         self.gate = AsyncGateApi(t)
+        #: Control leases: take a session over from its agent and hand it back (the console's "Take control").
+        self.control = AsyncControlApi(t)
+        #: Sign-in links, watch-only links, who am I, policy validation and the live event stream.
+        self.console = AsyncConsoleApi(t)
 
     @classmethod
     def from_env(cls, *, url: str | None = None, token: str | None = None, timeout: Timeout = DEFAULT) -> AsyncBerth:

@@ -23,6 +23,7 @@ from ._models import (
     Tool,
     ToolDefinition,
 )
+from ._console import ConsoleApi, ControlApi
 from ._options import DEFAULT, ClientOptions, Timeout, resolve_env, resolve_options
 from ._session import Session
 from ._transport import SyncTransport
@@ -58,6 +59,10 @@ class Berth:
         self.policy = PolicyApi(t)
         self.plans = PlansApi(t)
         self.gate = GateApi(t)
+        #: Control leases: take a session over from its agent and hand it back (the console's "Take control").
+        self.control = ControlApi(t)
+        #: Sign-in links, watch-only links, who am I, policy validation and the live event stream.
+        self.console = ConsoleApi(t)
 
     @classmethod
     def from_env(cls, *, url: str | None = None, token: str | None = None, timeout: Timeout = DEFAULT) -> Berth:

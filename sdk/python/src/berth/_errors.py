@@ -125,7 +125,8 @@ class ConfigError(BerthError, ValueError):
 class DeniedError(BerthError):
     """The gate refused a tool call. ``code`` is the deny code (``policy_denied``, ``off_plan``,
     ``approval_denied``…), ``stage`` the gate stage that refused it (``arguments``, ``policy``, ``plan``,
-    ``approval``, ``breaker``, ``result``) and ``message`` the reason."""
+    ``approval``, ``breaker``, ``result``, ``control``) and ``message`` the reason. ``retryable`` is True when
+    the same call may pass later unchanged (``human_control``: an operator holds the session's control lease)."""
 
     default_code = "policy_denied"
 

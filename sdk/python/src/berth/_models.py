@@ -450,7 +450,7 @@ class ToolDefinition:
 @dataclass(frozen=True)
 class CallResult:
     """The gate's answer to a tool call: ``decision`` is ``allow`` (``result`` holds the tool's output),
-    ``deny`` (``stage``, ``code``, ``reason``) or ``pending`` (``approval_id``)."""
+    ``deny`` (``stage``, ``code``, ``reason``, ``retryable``) or ``pending`` (``approval_id``)."""
 
     decision: Literal["allow", "deny", "pending"]
     result: Json = None
@@ -458,6 +458,8 @@ class CallResult:
     stage: str | None = None
     code: str | None = None
     reason: str | None = None
+    #: On a deny: True when the same call may succeed later unchanged (``human_control``: wait for the hand-back).
+    retryable: bool = False
 
     @classmethod
     def from_wire(cls, o: _Obj) -> CallResult:
@@ -468,6 +470,7 @@ class CallResult:
             stage=o.get("stage"),
             code=o.get("code"),
             reason=o.get("reason"),
+            retryable=o.get("retryable") is True,
         )
 
 

@@ -4,11 +4,16 @@ no token (``link``), listed with ``links`` and ended with ``revoke_link``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Union
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Optional, Union
 
 from ._errors import InvalidArgumentError
+from ._models import _time, parse_time
+from ._options import DEFAULT, Timeout
 from ._transport import AsyncTransport, Req, SyncTransport, seg
+
+PortLinkState = Literal["active", "expired", "revoked", "ended"]
 
 
 def _check_port(port: int) -> int:
@@ -19,20 +24,23 @@ def _check_port(port: int) -> int:
 
 @dataclass(frozen=True)
 class PortLink:
-    """A port link. ``url`` and ``prefix`` are set only on the answer to ``link`` (the server keeps only
-    the token's hash); ``state`` is ``active``, ``expired``, ``revoked`` or ``ended`` (session gone)."""
+    """A port link. ``url`` and ``prefix`` (the path an app behind it sees as ``X-Forwarded-Prefix``,
+    ``/p/<token>``) are set only on the answer to ``link`` (the server keeps only the token's hash);
+    ``state`` is ``active``, ``expired``, ``revoked`` or ``ended`` (session gone); times are UTC;
+    ``created_by`` is ``kind:id`` of its creator. ``raw``: the server's JSON."""
 
     link_id: str
     session_id: str
     port: int
     label: Optional[str]
-    state: str
-    created_at: str
-    expires_at: str
-    revoked_at: Optional[str]
+    state: PortLinkState
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: Optional[datetime]
     created_by: str
     url: Optional[str] = None
     prefix: Optional[str] = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_wire(cls, o: dict[str, Any]) -> "PortLink":
@@ -42,13 +50,15 @@ class PortLink:
             port=o["port"],
             label=o["label"],
             state=o["state"],
-            created_at=o["createdAt"],
-            expires_at=o["expiresAt"],
-            revoked_at=o["revokedAt"],
+            created_at=_time(o["createdAt"]),
+            expires_at=_time(o["expiresAt"]),
+            revoked_at=parse_time(o["revokedAt"]),
             created_by=o["createdBy"],
             url=o.get("url"),
             prefix=o.get("prefix"),
+            raw=dict(o),
         )
+
 
 
 def _links_path(session_id: str) -> str:
@@ -95,19 +105,21 @@ class Ports(_PortsBase):
         super().__init__(t, session_id)
         self._t = t
 
-    def link(self, port: int, *, ttl_s: Optional[int] = None, label: Optional[str] = None) -> PortLink:
+    def link(self, port: int, *, ttl_s: Optional[int] = None, label: Optional[str] = None, timeout: Timeout = DEFAULT) -> PortLink:
         """A signed, expiring link to ``port`` (``.url``, shown this once): anyone holding it reaches the
-        server with no token until it expires (``ttl_s``, default 3600, at most 604800), is revoked or
-        the session ends."""
-        return self._t.call(_link_req(self._id, port, ttl_s, label))
+        server on 127.0.0.1:port in the sandbox with no token (HTTP and WebSocket) until it expires
+        (``ttl_s`` seconds, default 3600, 1 to 604800), is revoked or the session ends; then it answers 404.
+        ``label``: for people reading ``links()`` (at most 200 characters). Operator calls: an agent token
+        gets ForbiddenError."""
+        return self._t.call(_link_req(self._id, port, ttl_s, label), timeout)
 
-    def links(self) -> list[PortLink]:
+    def links(self, *, timeout: Timeout = DEFAULT) -> list[PortLink]:
         """Every link of the session, in any state (without URLs)."""
-        return self._t.call(_list_req(self._id))
+        return self._t.call(_list_req(self._id), timeout)
 
-    def revoke_link(self, link_id: str) -> PortLink:
+    def revoke_link(self, link_id: str, *, timeout: Timeout = DEFAULT) -> PortLink:
         """Ends a link: from now on it answers 404. Idempotent."""
-        return self._t.call(_revoke_req(self._id, link_id))
+        return self._t.call(_revoke_req(self._id, link_id), timeout)
 
 
 class AsyncPorts(_PortsBase):
@@ -117,14 +129,14 @@ class AsyncPorts(_PortsBase):
         super().__init__(t, session_id)
         self._t = t
 
-    async def link(self, port: int, *, ttl_s: Optional[int] = None, label: Optional[str] = None) -> PortLink:
+    async def link(self, port: int, *, ttl_s: Optional[int] = None, label: Optional[str] = None, timeout: Timeout = DEFAULT) -> PortLink:
         """See :meth:`Ports.link`."""
-        return await self._t.call(_link_req(self._id, port, ttl_s, label))
+        return await self._t.call(_link_req(self._id, port, ttl_s, label), timeout)
 
-    async def links(self) -> list[PortLink]:
+    async def links(self, *, timeout: Timeout = DEFAULT) -> list[PortLink]:
         """See :meth:`Ports.links`."""
-        return await self._t.call(_list_req(self._id))
+        return await self._t.call(_list_req(self._id), timeout)
 
-    async def revoke_link(self, link_id: str) -> PortLink:
+    async def revoke_link(self, link_id: str, *, timeout: Timeout = DEFAULT) -> PortLink:
         """See :meth:`Ports.revoke_link`."""
-        return await self._t.call(_revoke_req(self._id, link_id))
+        return await self._t.call(_revoke_req(self._id, link_id), timeout)

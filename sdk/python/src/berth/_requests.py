@@ -279,6 +279,7 @@ def raise_for_decision(r: CallResult, session_id: str | None = None) -> None:
             code=r.code,
             details={"stage": r.stage, "reason": r.reason},
             status=200,
+            retryable=r.retryable,
         )
     if r.decision == "pending":
         assert r.approval_id is not None

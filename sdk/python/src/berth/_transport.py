@@ -33,6 +33,9 @@ class Req(Generic[T]):
     parse: Callable[[Any], T]
     query: Mapping[str, object] | None = None
     json: Any = _NO_BODY
+    #: A raw body instead of JSON (a Cedar policy to validate), sent with ``content_type``.
+    content: bytes | None = None
+    content_type: str | None = None
     #: A call that may take as long as the machine needs (create, hibernate, fork…): no default deadline.
     long: bool = False
     #: At the server root (/healthz) instead of under /v1.
@@ -94,7 +97,7 @@ def parse_json(body: bytes, what: str) -> Any:
 IDEMPOTENCY_HEADER = "idempotency-key"
 
 
-def _headers(opts: ClientOptions, has_json: bool, has_content: bool, idempotency_key: str | None = None) -> dict[str, str]:
+def _headers(opts: ClientOptions, has_json: bool, has_content: bool, idempotency_key: str | None = None, content_type: str | None = None) -> dict[str, str]:
     h = {"accept": "application/json", "user-agent": USER_AGENT}
     if idempotency_key is not None:
         h[IDEMPOTENCY_HEADER] = idempotency_key
@@ -103,7 +106,7 @@ def _headers(opts: ClientOptions, has_json: bool, has_content: bool, idempotency
     if has_json:
         h["content-type"] = "application/json"
     elif has_content:
-        h["content-type"] = "application/octet-stream"
+        h["content-type"] = content_type or "application/octet-stream"
     return h
 
 
@@ -135,6 +138,7 @@ class SyncTransport:
         query: Mapping[str, object] | None = None,
         json: Any = _NO_BODY,
         content: Any = None,
+        content_type: str | None = None,
         timeout: Timeout = DEFAULT,
         long: bool = False,
         root: bool = False,
@@ -151,7 +155,7 @@ class SyncTransport:
                 _url(self.opts, path, root),
                 params=query_params(query),
                 content=body,
-                headers=_headers(self.opts, json is not _NO_BODY, body is not None, idempotency_key),
+                headers=_headers(self.opts, json is not _NO_BODY, body is not None, idempotency_key, content_type),
                 timeout=http_timeout(self.opts, timeout, long),
             )
             res = self.http.send(req, stream=True)
@@ -172,7 +176,10 @@ class SyncTransport:
         key = str(uuid.uuid4()) if req.idempotent else None
 
         def send() -> httpx.Response:
-            return self.open(req.method, req.path, query=req.query, json=req.json, timeout=timeout, long=req.long, root=req.root, accept=req.accept, idempotency_key=key)
+            return self.open(
+                req.method, req.path, query=req.query, json=req.json, content=req.content, content_type=req.content_type,
+                timeout=timeout, long=req.long, root=req.root, accept=req.accept, idempotency_key=key,
+            )
 
         try:
             res = send()
@@ -217,6 +224,7 @@ class AsyncTransport:
         query: Mapping[str, object] | None = None,
         json: Any = _NO_BODY,
         content: Any = None,
+        content_type: str | None = None,
         timeout: Timeout = DEFAULT,
         long: bool = False,
         root: bool = False,
@@ -231,7 +239,7 @@ class AsyncTransport:
                 _url(self.opts, path, root),
                 params=query_params(query),
                 content=body,
-                headers=_headers(self.opts, json is not _NO_BODY, body is not None, idempotency_key),
+                headers=_headers(self.opts, json is not _NO_BODY, body is not None, idempotency_key, content_type),
                 timeout=http_timeout(self.opts, timeout, long),
             )
             res = await self.http.send(req, stream=True)
@@ -252,7 +260,10 @@ class AsyncTransport:
         key = str(uuid.uuid4()) if req.idempotent else None
 
         async def send() -> httpx.Response:
-            return await self.open(req.method, req.path, query=req.query, json=req.json, timeout=timeout, long=req.long, root=req.root, accept=req.accept, idempotency_key=key)
+            return await self.open(
+                req.method, req.path, query=req.query, json=req.json, content=req.content, content_type=req.content_type,
+                timeout=timeout, long=req.long, root=req.root, accept=req.accept, idempotency_key=key,
+            )
 
         try:
             res = await send()
