@@ -1,6 +1,6 @@
 /**
  * One session: state and actions, the control lease (take control / hand back), its plan with progress,
- * its desktop (when it has one) and terminal, and a live timeline of its tool calls (each stage's verdict,
+ * its desktop (when it has one) and terminal, watch-only links to share it, and a live timeline of its tool calls (each stage's verdict,
  * arguments, result, duration).
  */
 import { useEffect, useState } from 'preact/hooks';
@@ -10,6 +10,7 @@ import { useLive } from './page-sessions.js';
 import { confirmAction, html } from './ui.js';
 import { TerminalPanel } from './terminal.js';
 import { DesktopPanel } from './desktop.js';
+import { SharePanel } from './share.js';
 
 /** Tool calls of a session from its audit entries: one row per callId, its stage verdicts in order. */
 export interface CallRow {
@@ -126,6 +127,7 @@ export function SessionPage(props: { id: string; me: ConsoleMeView; onAuthError:
     </div>
     ${i.state === 'running' && i.settings.desktop && html`<${DesktopPanel} session=${s} screen=${i.settings.desktop} inControl=${!!mine} readOnly=${ro} />`}
     ${i.state === 'running' && html`<${TerminalPanel} session=${s} inControl=${!!mine} readOnly=${ro} />`}
+    ${!ro && i.state !== 'terminated' && html`<${SharePanel} sessionId=${i.id} onAuthError=${props.onAuthError} />`}
     <div class="panel">
       <h3>Tool calls <small>(live)</small></h3>
       <table class="timeline" data-testid="timeline">

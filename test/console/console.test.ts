@@ -193,10 +193,24 @@ describe.skipIf(skip)('the web console in a browser', () => {
     await shot('policy');
   }, 60_000);
 
-  it("opens a watch-only link: that one session's page, read-only, with no actions and a terminal to watch", async () => {
-    const link = await op.console.createWatchLink(s.id, { ttlS: 900, label: 'for the reviewer' });
+  it("shares a watch-only link from the session page: that one session's page, read-only, with no actions and a terminal to watch; revoked there", async () => {
+    // Made in the operator's page: label, lifetime, the URL shown once.
+    await page.goto(`${srv.url}/#/sessions/${s.id}`);
+    const share = page.getByTestId('share');
+    await share.locator('input').first().fill('for the reviewer');
+    await share.getByTestId('watch-link-ttl').selectOption('900');
+    const t0 = Date.now();
+    await share.locator('[data-action=create-watch-link]').click();
+    const url = await share.getByTestId('watch-link-url').inputValue();
+    expect(url).toMatch(new RegExp(`^${srv.url}/#watch=bwl_[A-Za-z0-9_-]{43}$`));
+    const link = (await op.console.watchLinks(s.id)).find((l) => l.label === 'for the reviewer')!;
+    expect(link).toMatchObject({ state: 'active', revokedAt: null });
+    expect(Math.abs(Date.parse(link.expiresAt) - t0 - 900_000)).toBeLessThan(60_000);
+    const row = share.locator(`[data-link=${link.linkId}]`);
+    expect(await row.getByTestId('watch-link-state').textContent()).toBe('active');
+    await shot('share');
     const viewer = await (await browser.newContext({ viewport: { width: 1360, height: 900 } })).newPage();
-    await viewer.goto(link.url);
+    await viewer.goto(url);
     await viewer.getByTestId('who').waitFor();
     expect(await viewer.getByTestId('who').textContent()).toContain(`watch-only view of ${s.id}`);
     expect(viewer.url()).not.toContain('bwl_');
@@ -214,7 +228,10 @@ describe.skipIf(skip)('the web console in a browser', () => {
     const other = await viewer.evaluate(async () => (await fetch('/v1/sessions', { headers: { 'x-berth-csrf': '1' } })).status);
     expect(other).toBe(403);
     await viewer.screenshot({ path: join(SCREENSHOTS, 'watch.png'), fullPage: true });
-    await op.console.revokeWatchLink(s.id, link.linkId);
+    // Revoked from the same panel: the open view ends, the link is refused.
+    await row.locator('[data-action=revoke-watch-link]').click();
+    await expect.poll(() => row.getByTestId('watch-link-state').textContent(), { timeout: 15_000 }).toBe('revoked');
+    expect((await op.console.watchLinks(s.id)).find((l) => l.linkId === link.linkId)?.state).toBe('revoked');
     await viewer.reload();
     await viewer.locator('main.signin').waitFor({ timeout: 15_000 });
     await viewer.context().close();
