@@ -18,6 +18,9 @@ import {
 /** Seconds the display and the VNC server get to come up (generous: TCG on a busy host is slow). */
 const READY_DEADLINE_S = 150;
 
+/** A shell function, true when the VNC server sends its RFB greeting within $1 seconds (default 5). */
+const GREETS_FN = `greets() { (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} && read -r -t "\${1:-5}" -n 3 g <&3 && [ "$g" = RFB ]) 2>/dev/null; }`;
+
 /**
  * bash, not sh: `wait -n PIDS` ends the script (and so the process record) when the first of the three exits.
  * Xvfb listens on the unix socket only; -ac: no X access control, since nothing but the machine's own
@@ -44,12 +47,12 @@ w=$!
 # x11vnc in a loop, under a watchdog: after a restore it has been seen (rarely, on a loaded host) to accept
 # connections and never greet again. Probed every 5 s once it has greeted; 2 silent probes in a row (or
 # 12 before it ever greeted) and it is killed, and the loop starts a new one. Viewers then reconnect.
-greets() { (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} && read -r -t 3 -n 3 g <&3 && [ "$g" = RFB ]) 2>/dev/null; }
+${GREETS_FN}
 (while :; do
   x11vnc -display ${DESKTOP_DISPLAY} -rfbport ${DESKTOP_VNC_PORT} -localhost -forever -shared -threads -nopw -noxdamage -nobell -quiet -noxrecord &
   p=$!; up=0; bad=0
   while sleep 5 && kill -0 "$p" 2>/dev/null; do
-    if greets; then up=1; bad=0; else bad=$((bad + 1)); fi
+    if greets 3; then up=1; bad=0; else bad=$((bad + 1)); fi
     if [ "$bad" -ge $((up ? 2 : 12)) ]; then echo "x11vnc stopped greeting: restarted" >&2; kill -9 "$p"; fi
   done
   wait "$p"; sleep 0.5
@@ -62,10 +65,11 @@ exit $?
 
 /** Waits for the display to answer and the VNC server to greet (at most READY_DEADLINE_S). */
 const READY_SCRIPT = `
+${GREETS_FN}
 end=$((SECONDS + ${READY_DEADLINE_S}))
 while [ "$SECONDS" -lt "$end" ]; do
   # Ready means greeting: a port that accepts is not enough (x11vnc without -threads accepted and never spoke).
-  if xdpyinfo >/dev/null 2>&1 && (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} && read -r -t 5 -n 3 g <&3 && [ "$g" = RFB ]) 2>/dev/null; then exit 0; fi
+  if xdpyinfo >/dev/null 2>&1 && greets; then exit 0; fi
   sleep 0.05
 done
 echo "the desktop did not start: the display or the VNC server is not answering" >&2
@@ -100,7 +104,7 @@ export async function startDesktop(d: SandboxDriver, sandboxId: string, screen: 
 
 /** Greets within 5 s, or x11vnc is killed (its loop in DESKTOP_SCRIPT starts a new one) and awaited again. */
 const REVIVE_SCRIPT = `
-greets() { (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} && read -r -t 5 -n 3 g <&3 && [ "$g" = RFB ]) 2>/dev/null; }
+${GREETS_FN}
 greets && exit 0
 pkill -x x11vnc
 end=$((SECONDS + 30))

@@ -1,8 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { copyFile, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { open, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type SandboxIdentity, InvalidStateError, NotFoundError, SandboxError } from '../../core/index.js';
+import { moveFile } from './host.js';
 import type { MachineConfig } from './machine.js';
 import type { QmpClient } from './qmp.js';
 
@@ -155,12 +156,7 @@ export async function completeImage(imageDir: string): Promise<ImageManifest> {
     if (p && p.bootId === (await bootId())) {
       const disk = join(imageDir, DISK_FILE);
       // Still in the machine's directory: not moved, or copied (across filesystems) maybe only in part.
-      if (existsSync(p.disk)) {
-        await rename(p.disk, disk).catch(async (e: NodeJS.ErrnoException) => {
-          if (e.code !== 'EXDEV') throw e;
-          await copyFile(p.disk, disk);
-        });
-      }
+      if (existsSync(p.disk)) await moveFile(p.disk, disk);
       if (existsSync(disk)) await commitImage(imageDir, p.manifest);
     }
   }
