@@ -242,9 +242,10 @@ export interface RowsAndLeaves {
 export interface KeyedAuditTree extends AuditTree {
   /**
    * Signs a head with every append from now on (the server attaches its key before it serves), and after
-   * each commit records that head in `ledgerPath`, a file beside the key, outside the data directory.
+   * each commit records that head in `ledgerPath`, a file beside the key, outside the data directory
+   * (written in the background; `log` hears of a write that failed).
    */
-  attachSigner(signer: HeadSigner, opts?: { ledgerPath?: string }): Promise<void>;
+  attachSigner(signer: HeadSigner, opts?: { ledgerPath?: string; log?: (line: string) => void }): Promise<void>;
   /** The head signed with the newest committed append, if a signer was attached by then. */
   signedHead(): Promise<SignedHead | undefined>;
   /** Signs the current head now (a checkpoint; or a first head for an old log); records it in the ledger. */

@@ -161,7 +161,13 @@ export interface Store {
    * `durability` (outermost call only; a nested call joins the outer one's) — see TransactionOptions.
    */
   transaction<T>(fn: (tx: Store) => Promise<T>, opts?: TransactionOptions): Promise<T>;
-  /** Idempotent. */
+  /**
+   * Resolves once every commit made so far is durable and the files outside the database that follow it
+   * (the audit head anchor, the signed-head ledger: written in the background after commits) hold it;
+   * rejects ('unavailable') if the last write of one of them failed.
+   */
+  flushed(): Promise<void>;
+  /** Idempotent; waits for what flushed() waits for. */
   close(): Promise<void>;
 }
 

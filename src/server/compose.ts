@@ -177,7 +177,7 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
   let auditProofs: AuditProofs;
   try {
     const signer = openAuditKey(keyPath);
-    await store.audit.tree.attachSigner(signer, { ledgerPath: ledgerPathFor(keyPath) });
+    await store.audit.tree.attachSigner(signer, { ledgerPath: ledgerPathFor(keyPath), log });
     await checkAuditAtStart({ store, signer, keyPath, acceptRollback: parts.acceptAuditRollback ?? false, clock, log });
     auditProofs = new AuditProofs({ tree: store.audit.tree, signer, clock });
   } catch (e) {

@@ -3,8 +3,9 @@
  * outside the database, so whoever can rewrite the database cannot also move it back. Both stores' trees
  * record into it after a commit; the start check (audit-key.ts) compares the database with it.
  */
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { AppError, parseSignedHead, type SignedHead } from '../core/index.js';
+import { readFileSync } from 'node:fs';
+import { parseSignedHead, type SignedHead } from '../core/index.js';
+import { FileSlot } from './file-slot.js';
 
 /** The last signed head, recorded outside the database; undefined when there is no file yet. */
 export function readLedger(path: string): SignedHead | undefined {
@@ -24,35 +25,31 @@ export function readLedger(path: string): SignedHead | undefined {
   return parseSignedHead(v, path);
 }
 
-/**
- * tmp + rename. No fsync, as for the anchor: the database commit before it was durable, so after a power
- * loss the ledger can only lag the database (a head it extends), never lead it.
- */
-export function writeLedger(path: string, h: SignedHead): void {
-  const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, JSON.stringify(h) + '\n', { mode: 0o600 });
-  renameSync(tmp, path);
-}
-
 /** One tree's writer of the ledger: heads only move forward, except after reset() (an accepted rollback). */
 export class HeadLedger {
-  /** The tree size last written (it never moves backwards until reset()). */
+  /** The tree size last given to the file (it never moves backwards until reset()). */
   #size = 0;
-  constructor(readonly path: string | undefined) {}
+  /**
+   * Written off the request path (FileSlot: tmp + rename, no fsync, newest wins), only ever with a head
+   * whose entries are durable: after a power loss or a kill the ledger can only lag the database (a head
+   * the database extends), never lead it.
+   */
+  readonly #slot: FileSlot | undefined;
+
+  constructor(readonly path: string | undefined, log?: (line: string) => void) {
+    this.#slot = path === undefined ? undefined : new FileSlot({ path, what: 'signed-head ledger', mode: 0o600, ...(log ? { log } : {}) });
+  }
 
   /** A committed head, once the entries it covers are durable, to the file. */
   record(h: SignedHead | undefined): void {
-    if (this.path === undefined) return;
-    if (h === undefined || h.treeSize < this.#size) return;
-    try {
-      writeLedger(this.path, h);
-    } catch (e) {
-      throw new AppError('unavailable', 'audit entry committed but the signed head could not be recorded', {
-        details: { treeSize: h.treeSize, path: this.path, committed: true },
-        cause: e,
-      });
-    }
+    if (this.#slot === undefined || h === undefined || h.treeSize < this.#size) return;
+    this.#slot.set(JSON.stringify(h) + '\n');
     this.#size = h.treeSize;
+  }
+
+  /** Resolves once the file holds the last head recorded; rejects if its last write failed. */
+  async settled(): Promise<void> {
+    await this.#slot?.settled();
   }
 
   /** After an operator-accepted rebuild: the next head is recorded even though it is smaller. */

@@ -53,6 +53,7 @@ async function all<T>(it: AsyncIterable<T>): Promise<T[]> {
 async function filled(n: number): Promise<SqliteStore> {
   const s = openStore();
   for (let i = 1; i <= n; i++) await s.audit.append(input(i));
+  await s.flushed(); // the anchor follows in the background; the attacks below come after it
   return s;
 }
 
@@ -191,6 +192,7 @@ describe('the head anchor', () => {
     const s = openStore();
     expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 0, hash: GENESIS_HASH } });
     const e = await s.audit.append(input(1));
+    await s.flushed(); // written in the background after the commit
     expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 1, hash: e.hash } });
     expect(await verifyAudit(s)).toEqual({ ok: true, entries: 1, headHash: e.hash, anchor: 'matched' });
   });
@@ -205,6 +207,7 @@ describe('the head anchor', () => {
       }),
     ).rejects.toThrow();
     expect(await s.audit.query()).toHaveLength(1);
+    await s.flushed();
     expect(readFileSync(anchorPath, 'utf8')).toBe(before);
 
     const e = await s.transaction(async () => {
@@ -213,11 +216,12 @@ describe('the head anchor', () => {
       return x;
     });
     expect(e.seq).toBe(2);
+    await s.flushed();
     expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 2, hash: e.hash } });
     expect(await verifyAudit(s)).toMatchObject({ ok: true, anchor: 'matched' });
   });
 
-  it("after a 'deferred' commit moves only once the store's flush has fsynced it; a full commit carries it at once", async () => {
+  it("after a 'deferred' commit moves only once the store's flush has fsynced it; a full commit carries it", async () => {
     const s = await filled(1);
     const before = readFileSync(anchorPath, 'utf8');
     const e2 = await s.transaction(() => s.audit.append(input(2)), { durability: 'deferred' });
@@ -229,6 +233,7 @@ describe('the head anchor', () => {
 
     await s.transaction(() => s.audit.append(input(3)), { durability: 'deferred' });
     const e4 = await s.audit.append(input(4)); // its own full commit fsyncs the WAL with entry 3 in it
+    await s.flushed();
     expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 4, hash: e4.hash } });
     await s.flushed(); // the late flush of entry 3 never moves the anchor back
     expect(readAnchor(anchorPath)).toEqual({ status: 'ok', anchor: { seq: 4, hash: e4.hash } });

@@ -1,14 +1,15 @@
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import type BetterSqlite3 from 'better-sqlite3';
 import { ChainChecker, GENESIS_HASH, hashEntry } from '../core/audit.js';
 import type { AuditEntry, AuditInput, AuditLog, AuditQuery, Principal, VerifyResult } from '../core/audit.js';
 import { canonicalJson } from '../core/canonical.js';
 import { STORED_AUDIT_COLUMNS } from '../core/audit-tree-check.js';
-import { AppError, ConfigError, InvalidArgumentError } from '../core/errors.js';
+import { ConfigError, InvalidArgumentError } from '../core/errors.js';
 import type { Clock } from '../core/store.js';
 import { translateSqliteError } from './sqlite-errors.js';
 import type { TxScope } from './sqlite-tx.js';
 import { SqliteAuditTree } from './audit-tree.js';
+import { FileSlot } from './file-slot.js';
 import type { SignedHead } from '../core/audit-tree.js';
 
 /**
@@ -72,13 +73,17 @@ export function readAnchor(path: string): AnchorRead {
 }
 
 /**
- * Atomic replace. No fsync, on purpose: the database commit before it was fsynced (synchronous=FULL), so
- * after a power loss the anchor can only lag the database, which verifyAudit accepts ('behind').
+ * The anchor file's text. It is written by a FileSlot (tmp + rename, no fsync, off the request path): the
+ * database commit it names was fsynced first, so after a power loss or a kill the anchor can only lag the
+ * database, which verifyAudit accepts ('behind').
  */
-export function writeAnchor(path: string, a: AuditAnchor): void {
-  const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, `{"seq":${a.seq},"hash":"${a.hash}"}\n`);
-  renameSync(tmp, path);
+export function anchorText(a: AuditAnchor): string {
+  return `{"seq":${a.seq},"hash":"${a.hash}"}\n`;
+}
+
+/** The anchor's writer: a FileSlot, or none for an in-memory database. */
+export function anchorSlot(path: string | undefined, log?: (line: string) => void): FileSlot | undefined {
+  return path === undefined ? undefined : new FileSlot({ path, what: 'head anchor', ...(log ? { log } : {}) });
 }
 
 export interface AuditRow {
@@ -171,6 +176,8 @@ export interface SqliteAuditLogOptions {
   clock: Clock;
   /** Where the head anchor lives; undefined = no anchor (in-memory databases). */
   anchorPath?: string;
+  /** Where a failed background write of the anchor is reported. */
+  log?: (line: string) => void;
   /** The store's transaction scope: every call waits for a transaction of another caller to end. */
   scope: TxScope;
 }
@@ -200,8 +207,9 @@ export class SqliteAuditLog implements AuditLog {
   #pending = false;
   /** The newest signed head committed (read after each commit, when no transaction is open). */
   #committedHead: SignedHead | undefined;
-  /** The highest seq written to the anchor by this process: the anchor only moves forward. */
+  /** The highest seq given to the anchor by this process: the anchor only moves forward. */
   #anchoredSeq = -1;
+  readonly #slot: FileSlot | undefined;
   #frozen = false;
 
   constructor(opts: SqliteAuditLogOptions) {
@@ -209,6 +217,7 @@ export class SqliteAuditLog implements AuditLog {
     this.#clock = opts.clock;
     this.#scope = opts.scope;
     this.anchorPath = opts.anchorPath;
+    this.#slot = anchorSlot(opts.anchorPath, opts.log);
     const db = this.#db;
     this.#head = db.prepare('SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1');
     this.#hashAt = db.prepare('SELECT hash FROM audit WHERE seq = ?');
@@ -361,9 +370,17 @@ export class SqliteAuditLog implements AuditLog {
       this.#known = head;
       this.#frozen = false;
       this.#anchoredSeq = head.seq;
-      if (this.anchorPath !== undefined) writeAnchor(this.anchorPath, head);
+      this.#slot?.set(anchorText(head));
+      return head;
+    }).then(async (head) => {
+      await this.#slot?.settled();
       return head;
     });
+  }
+
+  /** Resolves once the anchor file holds every head given to it; rejects if its last write failed. */
+  async anchorSettled(): Promise<void> {
+    await this.#slot?.settled();
   }
 
   /**
@@ -412,25 +429,20 @@ export class SqliteAuditLog implements AuditLog {
     const read = readAnchor(this.anchorPath);
     if (read.status === 'ok' && this.#hashOf(read.anchor.seq) === read.anchor.hash) {
       // Consistent; the database may be ahead after a crash between COMMIT and the anchor write.
-      if (read.anchor.seq < head.seq) this.#anchor(head);
+      if (read.anchor.seq < head.seq) this.#anchor(head, true);
     } else if (read.status === 'missing' && head.seq === 0) {
-      this.#anchor(head);
+      this.#anchor(head, true);
     } else {
       this.#frozen = true;
     }
   }
 
-  #anchor(a: AuditAnchor): void {
-    if (this.anchorPath === undefined || this.#frozen) return;
-    try {
-      writeAnchor(this.anchorPath, a);
-      this.#anchoredSeq = a.seq;
-    } catch (e) {
-      throw new AppError('unavailable', 'audit entry committed but the head anchor could not be written', {
-        details: { seq: a.seq, path: this.anchorPath, committed: true },
-        cause: e,
-      });
-    }
+  /** Moves the anchor to `a` in the background (at open: now, so a failure stops the open). */
+  #anchor(a: AuditAnchor, now = false): void {
+    if (this.#slot === undefined || this.#frozen) return;
+    this.#anchoredSeq = a.seq;
+    if (now) this.#slot.writeSync(anchorText(a));
+    else this.#slot.set(anchorText(a));
   }
 }
 
@@ -451,6 +463,8 @@ export interface VerifiableAuditLog {
   query(q?: AuditQuery): Promise<AuditEntry[]>;
   /** An entry by its stored hash (for diagnosis only). */
   entryByHash(hash: string): Promise<AuditEntry | undefined>;
+  /** Resolves once the anchor file holds every head this process gave it (written in the background). */
+  anchorSettled?(): Promise<void>;
 }
 
 export interface VerifyAuditOptions {
@@ -501,6 +515,8 @@ async function originalSeq(log: VerifiableAuditLog, e: AuditEntry, depth: number
 export async function verifyAudit(store: { readonly audit: VerifiableAuditLog }, opts: VerifyAuditOptions = {}): Promise<AuditVerifyResult> {
   const log = store.audit;
   const anchorPath = opts.anchorPath ?? log.anchorPath;
+  // This process's own anchor writes first (a failed one leaves the anchor behind, which is what is read).
+  if (anchorPath === log.anchorPath) await log.anchorSettled?.().catch(() => undefined);
   const read = anchorPath === undefined ? undefined : readAnchor(anchorPath);
   const anchorSeq = read?.status === 'ok' ? read.anchor.seq : -1;
   let atAnchor: string | undefined;

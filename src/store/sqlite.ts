@@ -340,14 +340,10 @@ export class SqliteStore implements Store {
     this.watchLinks = asyncRepo<WatchLinkRepo>(new SqliteWatchLinkRepo(db), scope);
     this.idempotency = asyncRepo<IdempotencyRepo>(new SqliteIdempotencyRepo(db), scope);
     const anchorPath = anchorPathFor(parts.path);
-    this.audit = new SqliteAuditLog({ db, clock: parts.clock, scope, ...(anchorPath === undefined ? {} : { anchorPath }) });
+    const log = (line: string): void => void process.stderr.write(`berth store: ${line}\n`);
+    this.audit = new SqliteAuditLog({ db, clock: parts.clock, scope, log, ...(anchorPath === undefined ? {} : { anchorPath }) });
     if (anchorPath !== undefined) {
-      this.#flusher = new WalFlusher({
-        walPath: `${parts.path}-wal`,
-        capture: () => this.audit.durableMark(),
-        durable: (m) => this.audit.markDurable(m),
-        log: (line) => process.stderr.write(`berth store: ${line}\n`),
-      });
+      this.#flusher = new WalFlusher({ walPath: `${parts.path}-wal`, capture: () => this.audit.durableMark(), durable: (m) => this.audit.markDurable(m), log });
     }
   }
 
@@ -356,8 +352,8 @@ export class SqliteStore implements Store {
    * its awaits) the transaction holds the connection: calls made inside it run at once, calls from elsewhere
    * wait until it ends, so two transactions never interleave. A nested call runs as a SAVEPOINT inside the
    * outer transaction: if it throws, only its own changes are undone, and the outer one decides whether
-   * everything commits. Audit entries appended inside move the head anchor after the COMMIT; if that write
-   * fails this throws 'unavailable' with details.committed = true, and the transaction has committed.
+   * everything commits. Audit entries appended inside move the head anchor and the signed-head ledger once
+   * the COMMIT is durable, in the background (FileSlot): flushed() waits for them.
    */
   async transaction<T>(fn: (tx: Store) => Promise<T>, opts: TransactionOptions = {}): Promise<T> {
     const open = this.#scope.current();
@@ -394,9 +390,14 @@ export class SqliteStore implements Store {
     }
   }
 
-  /** Resolves once every commit made so far is on disk, with the anchor and ledger moved to it. */
+  /**
+   * Resolves once every commit made so far is on disk, with the anchor and ledger files moved to it; rejects
+   * ('unavailable') if the last write of either failed.
+   */
   async flushed(): Promise<void> {
     await this.#flusher?.drain();
+    await this.audit.anchorSettled();
+    await this.audit.tree.ledgerSettled();
   }
 
   async #savepoint<T>(frame: { savepoints: number }, fn: (tx: Store) => Promise<T>): Promise<T> {
@@ -421,5 +422,7 @@ export class SqliteStore implements Store {
     await this.#scope.run(() => {
       if (this.#db.open) this.#db.close();
     });
+    // A failed write of the anchor or ledger was logged; they lag, which the next open accepts.
+    await this.flushed().catch(() => undefined);
   }
 }

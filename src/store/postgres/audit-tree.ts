@@ -232,9 +232,14 @@ export class PgAuditTree implements KeyedAuditTree {
     });
   }
 
-  async attachSigner(signer: HeadSigner, opts: { ledgerPath?: string } = {}): Promise<void> {
+  /** Resolves once the ledger file holds the last head recorded; rejects if its last write failed. */
+  async ledgerSettled(): Promise<void> {
+    await this.#ledger.settled();
+  }
+
+  async attachSigner(signer: HeadSigner, opts: { ledgerPath?: string; log?: (line: string) => void } = {}): Promise<void> {
     this.#signer = signer;
-    this.#ledger = new HeadLedger(opts.ledgerPath);
+    this.#ledger = new HeadLedger(opts.ledgerPath, opts.log);
     this.#trusted = await this.#leafCount(); // the start check that follows refuses an unsigned tail
   }
 

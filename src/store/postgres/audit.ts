@@ -8,9 +8,10 @@
  */
 import { GENESIS_HASH, hashEntry } from '../../core/audit.js';
 import type { AuditEntry, AuditInput, AuditLog, AuditQuery } from '../../core/audit.js';
-import { AppError, ConfigError, InvalidArgumentError } from '../../core/errors.js';
+import { ConfigError, InvalidArgumentError } from '../../core/errors.js';
 import type { Clock } from '../../core/store.js';
-import { COLUMNS, decodeEntry, prepareInput, readAnchor, writeAnchor, type AuditAnchor, type AuditRow, type VerifiableAuditLog } from '../audit.js';
+import { COLUMNS, anchorSlot, anchorText, decodeEntry, prepareInput, readAnchor, type AuditAnchor, type AuditRow, type VerifiableAuditLog } from '../audit.js';
+import type { FileSlot } from '../file-slot.js';
 import type { PgScope } from './scope.js';
 import { PgAuditTree, lockAudit } from './audit-tree.js';
 
@@ -21,6 +22,8 @@ export interface PgAuditLogOptions {
   clock: Clock;
   /** Anchor file; undefined = none. */
   anchorPath?: string;
+  /** Where a failed background write of the anchor is reported. */
+  log?: (line: string) => void;
 }
 
 export class PgAuditLog implements AuditLog, VerifiableAuditLog {
@@ -32,11 +35,13 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
   /** The highest head this process has committed or seen; the anchor only moves forward from it. */
   #known: AuditAnchor = { seq: 0, hash: GENESIS_HASH };
   #frozen = false;
+  readonly #slot: FileSlot | undefined;
 
   constructor(opts: PgAuditLogOptions) {
     this.#scope = opts.scope;
     this.#clock = opts.clock;
     this.anchorPath = opts.anchorPath;
+    this.#slot = anchorSlot(opts.anchorPath, opts.log);
     this.tree = new PgAuditTree({ scope: this.#scope });
   }
 
@@ -63,18 +68,15 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
     if (this.anchorPath === undefined) return;
     const read = readAnchor(this.anchorPath);
     if (read.status === 'ok' && (await this.#hashOf(read.anchor.seq)) === read.anchor.hash) {
-      if (read.anchor.seq < head.seq) this.#anchor(head);
+      if (read.anchor.seq < head.seq) this.#anchor(head, true);
     } else if (read.status === 'missing' && head.seq === 0) {
-      this.#anchor(head);
+      this.#anchor(head, true);
     } else {
       this.#frozen = true;
     }
   }
 
-  /**
-   * Appends in the caller's transaction, or in one of its own. If the row commits but the anchor cannot be
-   * written, throws 'unavailable' with details.committed = true: do not retry the append.
-   */
+  /** Appends in the caller's transaction, or in one of its own; the anchor moves after the commit (FileSlot). */
   async append(input: AuditInput): Promise<AuditEntry> {
     const p = prepareInput(input);
     return this.#scope.transaction(async () => {
@@ -120,16 +122,16 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
     this.#anchor(this.#known);
   }
 
-  #anchor(a: AuditAnchor): void {
-    if (this.anchorPath === undefined || this.#frozen) return;
-    try {
-      writeAnchor(this.anchorPath, a);
-    } catch (e) {
-      throw new AppError('unavailable', 'audit entry committed but the head anchor could not be written', {
-        details: { seq: a.seq, path: this.anchorPath, committed: true },
-        cause: e,
-      });
-    }
+  /** Moves the anchor to `a` in the background (at open: now, so a failure stops the open). */
+  #anchor(a: AuditAnchor, now = false): void {
+    if (this.#slot === undefined || this.#frozen) return;
+    if (now) this.#slot.writeSync(anchorText(a));
+    else this.#slot.set(anchorText(a));
+  }
+
+  /** Resolves once the anchor file holds every head given to it; rejects if its last write failed. */
+  async anchorSettled(): Promise<void> {
+    await this.#slot?.settled();
   }
 
   async query(q: AuditQuery = {}): Promise<AuditEntry[]> {
@@ -169,7 +171,8 @@ export class PgAuditLog implements AuditLog, VerifiableAuditLog {
     const head = await this.head();
     this.#known = head;
     this.#frozen = false;
-    if (this.anchorPath !== undefined) writeAnchor(this.anchorPath, head);
+    this.#slot?.set(anchorText(head));
+    await this.#slot?.settled();
     return head;
   }
 }

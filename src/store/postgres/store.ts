@@ -123,7 +123,7 @@ export class PostgresStore implements Store {
     this.watchLinks = new PgWatchLinkRepo(scope);
     this.#idempotency = new PgIdempotencyRepo(scope);
     this.idempotency = this.#idempotency;
-    this.audit = new PgAuditLog({ scope, clock: parts.clock, ...(parts.anchorPath ? { anchorPath: parts.anchorPath } : {}) });
+    this.audit = new PgAuditLog({ scope, clock: parts.clock, log: (line) => void process.stderr.write(`berth store: ${line}\n`), ...(parts.anchorPath ? { anchorPath: parts.anchorPath } : {}) });
   }
 
   /**
@@ -145,6 +145,13 @@ export class PostgresStore implements Store {
     await this.#idempotency.holding();
     await this.#idempotency.releaseHeld();
     await this.#scope.pool.end();
+    await this.flushed().catch(() => undefined); // a failed write was logged; the files lag, which the next open accepts
+  }
+
+  /** Resolves once the anchor and ledger files hold every committed head; rejects if the last write of either failed. */
+  async flushed(): Promise<void> {
+    await this.audit.anchorSettled();
+    await this.audit.tree.ledgerSettled();
   }
 }
 
