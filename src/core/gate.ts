@@ -50,8 +50,12 @@ export interface BreakerState {
   trip: BreakerTrip | null;
   /** Operator-facing explanation of the trip, null while closed. */
   reason: string | null;
-  /** Start times (ms) of the most recent calls, oldest first, at most perMinute + 1 of them. */
-  recentCalls: number[];
+  /**
+   * Calls of the rate window counted by the second they started in: `[second since the epoch, count]`,
+   * oldest first, at most 61 pairs however high `perMinute` is (a record written before this form held
+   * `recentCalls`, start times in ms; the engine converts it when it reads the row: normalizeBreakerState).
+   */
+  callsBySecond: [number, number][];
   /** Call key (tool + args digest) of the current failure streak. */
   streakKey: string | null;
   streakTool: string | null;

@@ -20,6 +20,7 @@ import {
   PolicyEngine,
   defineTool,
   initialBreakerState,
+  normalizeBreakerState,
   normalizeEgressAllow,
   normalizeEgressCidrs,
   resolveBreakerSettings,
@@ -95,7 +96,7 @@ export class GateState {
   /** The session's row, or the default one (not yet stored). */
   async row(r: SessionRecord): Promise<SessionGateRecord> {
     const stored = await this.o.store.gates.get(r.id);
-    if (stored) return { ...stored, settings: { ...stored.settings, egressAllowCidr: stored.settings.egressAllowCidr ?? [] } };
+    if (stored) return { ...stored, breaker: normalizeBreakerState(stored.breaker), settings: { ...stored.settings, egressAllowCidr: stored.settings.egressAllowCidr ?? [] } };
     return (
       stored ?? {
         sessionId: r.id,

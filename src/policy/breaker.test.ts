@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { isAppError } from '../core/index.js';
-import { check, initialBreakerState, recordCall, recordOutcome, resetBreaker, resolveBreakerSettings } from './breaker.js';
+import { check, initialBreakerState, normalizeBreakerState, recordCall, recordOutcome, resetBreaker, resolveBreakerSettings } from './breaker.js';
 import type { BreakerState } from './types.js';
 
 const settings = resolveBreakerSettings({ failures: 3, perMinute: 5 });
@@ -65,19 +65,47 @@ describe('rate', () => {
     expect(s.open).toBe(true);
     expect(s.trip).toBe('rate');
   });
-  it('uses a sliding window', () => {
+  it('uses a sliding window, counted in whole seconds', () => {
     let s = initialBreakerState();
-    for (let i = 0; i < 5; i++) s = recordCall(s, settings, i * 1000);
-    // the first call (t=0) leaves the window at t=60000
-    s = recordCall(s, settings, 60_000);
+    for (let i = 0; i < 5; i++) s = recordCall(s, settings, i * 1000 + 500);
+    // The first call (t=500) is in second 0, which is still partly inside the window until t=61000.
+    expect(check(recordCall(s, settings, 60_999), settings, 60_999).tripped).toBe(true);
+    s = recordCall(s, settings, 61_000);
     expect(s.open).toBe(false);
-    s = recordCall(s, settings, 60_001);
+    s = recordCall(s, settings, 61_001);
     expect(s.open).toBe(true);
   });
-  it('keeps a bounded number of call times', () => {
+  it('never lets more than perMinute calls through in any 60 s', () => {
+    // Calls at every 10 ms for 3 minutes; at each moment, count the calls let through in the last 60 s.
+    const perMinute = 50;
+    const st = resolveBreakerSettings({ failures: 3, perMinute });
     let s = initialBreakerState();
-    for (let i = 0; i < 100; i++) s = recordCall(s, settings, i);
-    expect(s.recentCalls.length).toBeLessThanOrEqual(settings.perMinute + 1);
+    const through: number[] = [];
+    for (let t = 0; t < 180_000; t += 10) {
+      const next = recordCall(s, st, t);
+      if (next.open) continue; // refused: an operator's reset would follow; the window goes on without it
+      s = next;
+      through.push(t);
+      expect(through.filter((x) => x > t - 60_000).length).toBeLessThanOrEqual(perMinute);
+    }
+    expect(through.length).toBeGreaterThan(perMinute * 2); // and the window moves on
+  });
+  it('keeps at most 61 seconds whatever the rate and the limit', () => {
+    const high = resolveBreakerSettings({ failures: 3, perMinute: 100_000 });
+    let s = initialBreakerState();
+    for (let i = 0; i < 90_000; i++) s = recordCall(s, high, i * 2);
+    expect(s.open).toBe(false);
+    expect(s.callsBySecond.length).toBeLessThanOrEqual(61);
+    expect(s.callsBySecond.reduce((n, [, c]) => n + c, 0)).toBe(61 * 500); // 180 s ran, 500 calls a second; 61 seconds kept
+    expect(JSON.stringify(s).length).toBeLessThan(2_000);
+  });
+  it('reads a row written with call times in ms (recentCalls) as seconds', () => {
+    const { callsBySecond: _c, ...rest } = initialBreakerState();
+    const old = { ...rest, recentCalls: [1_000, 1_500, 2_100, 70_000] } as unknown as BreakerState;
+    const s = normalizeBreakerState(old);
+    expect(s.callsBySecond).toEqual([[1, 2], [2, 1], [70, 1]]);
+    expect('recentCalls' in s).toBe(false);
+    expect(normalizeBreakerState({ ...initialBreakerState(), callsBySecond: [['x', 1]] } as unknown as BreakerState).callsBySecond).toEqual([]);
   });
   it('does not heal when the window moves on', () => {
     let s = initialBreakerState();

@@ -1,7 +1,9 @@
 /**
  * The circuit breaker, as pure state transitions. It trips on
  * - `failures` identical calls (same tool, same canonical arguments) failing in a row, or
- * - more than `perMinute` calls in any sliding 60 s window,
+ * - more than `perMinute` calls in a sliding 60 s window, counted in whole seconds (a second any part of
+ *   which lies in the last 60 s counts whole, so the window errs towards tripping: it may span up to 61 s,
+ *   and never lets more than `perMinute` calls through in any 60 s),
  * and then stays open until an operator resets it (a rate trip does not heal by itself when the window
  * slides on: a runaway agent should be looked at).
  *
@@ -31,7 +33,37 @@ export function resolveBreakerSettings(opts: Partial<BreakerSettings> = {}): Rea
 }
 
 export function initialBreakerState(): BreakerState {
-  return { open: false, openedAt: null, trip: null, reason: null, recentCalls: [], streakKey: null, streakTool: null, streakFailures: 0 };
+  return { open: false, openedAt: null, trip: null, reason: null, callsBySecond: [], streakKey: null, streakTool: null, streakFailures: 0 };
+}
+
+/** The first second still (partly) inside the window that ends at `now`. */
+function firstSecond(now: number): number {
+  return Math.floor((now - WINDOW_MS) / 1000);
+}
+
+function inWindow(calls: readonly (readonly [number, number])[], now: number): number {
+  const first = firstSecond(now);
+  let n = 0;
+  for (const [sec, count] of calls) if (sec >= first) n += count;
+  return n;
+}
+
+/**
+ * A stored state in the current form. Rows written before the window was counted by the second hold
+ * `recentCalls` (start times in ms): they are folded into seconds here, and anything unreadable is
+ * dropped (the window restarts empty; the open/closed state and the streak are kept).
+ */
+export function normalizeBreakerState(state: BreakerState): BreakerState {
+  const legacy = (state as { recentCalls?: unknown }).recentCalls;
+  const { recentCalls: _old, ...rest } = state as BreakerState & { recentCalls?: unknown };
+  let calls: [number, number][] = Array.isArray(state.callsBySecond) ? state.callsBySecond : [];
+  if (Array.isArray(legacy)) {
+    const bySecond = new Map<number, number>();
+    for (const t of legacy) if (Number.isFinite(t)) bySecond.set(Math.floor((t as number) / 1000), (bySecond.get(Math.floor((t as number) / 1000)) ?? 0) + 1);
+    calls = [...bySecond].sort((a, b) => a[0] - b[0]);
+  }
+  if (!calls.every((c) => Array.isArray(c) && c.length === 2 && Number.isSafeInteger(c[0]) && Number.isSafeInteger(c[1]) && c[1] > 0)) calls = [];
+  return { ...rest, callsBySecond: calls };
 }
 
 function trip(state: BreakerState, now: number, kind: BreakerState['trip'], reason: string): BreakerState {
@@ -40,16 +72,19 @@ function trip(state: BreakerState, now: number, kind: BreakerState['trip'], reas
 }
 
 /**
- * Counts a call starting at `now`. Keeps at most perMinute + 1 start times; when more than
- * perMinute fall within the last 60 s, the breaker trips (and this call is refused by check()).
+ * Counts a call starting at `now` in its second, dropping seconds that left the window (so at most 61 are
+ * kept); when more than perMinute fall within the window, the breaker trips (and this call is refused by
+ * check()).
  */
 export function recordCall(state: BreakerState, settings: BreakerSettings, now: number): BreakerState {
-  const since = now - WINDOW_MS;
-  const recent = state.recentCalls.filter((t) => t > since);
-  recent.push(now);
-  if (recent.length > settings.perMinute + 1) recent.splice(0, recent.length - (settings.perMinute + 1));
-  const next: BreakerState = { ...state, recentCalls: recent };
-  if (recent.length > settings.perMinute) {
+  const first = firstSecond(now);
+  const sec = Math.floor(now / 1000);
+  const calls = state.callsBySecond.filter(([s]) => s >= first).map(([s, n]): [number, number] => [s, n]);
+  const last = calls[calls.length - 1];
+  if (last !== undefined && last[0] >= sec) last[1]++; // a clock step back counts in the newest second
+  else calls.push([sec, 1]);
+  const next: BreakerState = { ...state, callsBySecond: calls };
+  if (inWindow(calls, now) > settings.perMinute) {
     return trip(next, now, 'rate', `more than ${settings.perMinute} calls within 60 s`);
   }
   return next;
@@ -82,10 +117,7 @@ export type BreakerCheck = { tripped: false } | { tripped: true; reason: string;
  */
 export function check(state: BreakerState, settings: BreakerSettings, now: number): BreakerCheck {
   if (state.open) return { tripped: true, reason: state.reason ?? 'the breaker is open', openedAt: state.openedAt };
-  const since = now - WINDOW_MS;
-  let n = 0;
-  for (const t of state.recentCalls) if (t > since) n++;
-  if (n > settings.perMinute) return { tripped: true, reason: `more than ${settings.perMinute} calls within 60 s`, openedAt: null };
+  if (inWindow(state.callsBySecond, now) > settings.perMinute) return { tripped: true, reason: `more than ${settings.perMinute} calls within 60 s`, openedAt: null };
   return { tripped: false };
 }
 

@@ -55,7 +55,7 @@ describe('evaluate: a breaker already open', () => {
 
   it('counts the call for the rate but not as a failure streak', () => {
     const out = evaluate(input('fs.read', { path: '/a' }, { breaker: { state: open, settings } }));
-    expect(out.breakerNext).toMatchObject({ open: true, recentCalls: [NOW], streakFailures: 0 });
+    expect(out.breakerNext).toMatchObject({ open: true, callsBySecond: [[Math.floor(NOW / 1000), 1]], streakFailures: 0 });
   });
 
   it('ignores an approval held for the call', () => {

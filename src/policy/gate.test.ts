@@ -52,7 +52,7 @@ describe('evaluate: allow', () => {
       ['approval', 'skip'],
       ['breaker', 'pass'],
     ]);
-    expect(out.breakerNext.recentCalls).toEqual([NOW]);
+    expect(out.breakerNext.callsBySecond).toEqual([[Math.floor(NOW / 1000), 1]]);
   });
 
   it('is pure: frozen input, same output twice', () => {

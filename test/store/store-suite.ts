@@ -34,7 +34,7 @@ function gateRow(sessionId: string, over: Partial<SessionGateRecord> = {}): Sess
     planState: null,
     planSetAt: null,
     planSetBy: null,
-    breaker: { open: false, openedAt: null, trip: null, reason: null, recentCalls: [], streakKey: null, streakTool: null, streakFailures: 0 },
+    breaker: { open: false, openedAt: null, trip: null, reason: null, callsBySecond: [], streakKey: null, streakTool: null, streakFailures: 0 },
     pausedByBreaker: false,
     calls: 0,
     updatedAt: 1,
