@@ -97,6 +97,8 @@ export class Idempotency {
   readonly #current = new AsyncLocalStorage<IdempotencyTicket>();
   #lastSweep = -Infinity;
   #hold: Promise<void> | undefined;
+  /** Answers being kept after they were sent (finishAfter), by tenant, scope and key hash. */
+  readonly #finishing = new Map<string, Promise<void>>();
 
   constructor(o: IdempotencyOptions) {
     this.#o = o;
@@ -115,6 +117,8 @@ export class Idempotency {
     const keyHash = sha256Hex(`berth-idempotency-key\n${r.key}`);
     const ticket = (): IdempotencyTicket => ({ tenantId, scope: r.scope, key: keyHash, secret, created: [] });
     const fingerprint = sha256Hex(`${r.method}\n${r.path}\n${canonicalBody(r.body)}`);
+    // An answer of this process still being kept: wait for it, so a quick retry gets the replay.
+    await this.#finishing.get(finishingKey(tenantId, r.scope, keyHash));
     const mine: IdempotencyRecord = { tenantId, scope: r.scope, key: keyHash, fingerprint, state: 'started', owner: this.instanceId, created: [], createdAt: now, expiresAt: now + IDEMPOTENCY_TTL_MS };
     const repo = this.#o.store.idempotency;
     // Marks this process alive for other servers on the same database (once; retried after a failure).
@@ -182,6 +186,27 @@ export class Idempotency {
     }
   }
 
+  /**
+   * finish(), once `answer` resolves, off the request's path: the server sends its answer and keeps it
+   * afterwards. Until it is kept, a retry with the key that reaches this process waits for it (begin), and
+   * one that reaches another server on the same database is told the request is in progress (409,
+   * retryable). drain() waits for every one still running.
+   */
+  finishAfter(t: IdempotencyTicket, answer: Promise<{ status: number; body: string; code?: string }>): void {
+    const k = finishingKey(t.tenantId, t.scope, t.key);
+    const done = answer
+      .then((a) => this.finish(t, a), (e: unknown) => this.finish(t, { status: 500, code: 'internal', body: '' }).then(() => this.#o.log?.(`idempotent answer not read: ${(e as Error).message}`)))
+      .finally(() => {
+        if (this.#finishing.get(k) === done) this.#finishing.delete(k);
+      });
+    this.#finishing.set(k, done);
+  }
+
+  /** Resolves once every answer handed to finishAfter() is kept (the engine's close calls it). */
+  async drain(): Promise<void> {
+    while (this.#finishing.size > 0) await Promise.all([...this.#finishing.values()]);
+  }
+
   async #finish(t: IdempotencyTicket, answer: { status: number; body: string; code?: string }): Promise<void> {
     const repo = this.#o.store.idempotency;
     let ran = answer.status < 400 || (answer.code !== undefined && DECIDED.has(answer.code));
@@ -215,6 +240,10 @@ export class Idempotency {
     this.#lastSweep = now;
     void this.#o.store.idempotency.deleteExpired(now).catch((e: unknown) => this.#o.log?.(`idempotency sweep failed: ${(e as Error).message}`));
   }
+}
+
+function finishingKey(tenantId: string, scope: string, keyHash: string): string {
+  return `${tenantId}\n${scope}\n${keyHash}`;
 }
 
 /** Routes whose effect is records we note; a tool call's effect is outside the store. */

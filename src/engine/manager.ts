@@ -361,6 +361,7 @@ export class SessionManager implements Engine {
     await this.terminals.close();
     this.k.stopFlushing();
     await this.k.flush();
+    await this.idempotency.drain(); // answers sent and still being kept
     await this.requests.close().catch((e: unknown) => this.o.log?.(`refusal audit flush failed: ${(e as Error).message}`));
     for (const d of Object.values(this.o.drivers)) await d?.close();
   }

@@ -51,7 +51,8 @@ export function idempotencyKeys(engine: Engine, now: () => number): MiddlewareHa
       throw e;
     }
     const err = c.error;
-    const text = await c.res.clone().text();
-    await engine.idempotency.finish(start.ticket, { status: c.res.status, body: text, ...(isAppError(err) ? { code: err.code } : {}) });
+    const status = c.res.status;
+    // The answer goes out now; it is kept from a copy once read (a retry meanwhile waits for it).
+    engine.idempotency.finishAfter(start.ticket, c.res.clone().text().then((body) => ({ status, body, ...(isAppError(err) ? { code: err.code } : {}) })));
   };
 }
