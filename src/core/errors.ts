@@ -101,6 +101,20 @@ export class PortClosedError extends AppError {
   }
 }
 
+/**
+ * A guarded operation (CallOptions.guard) was not run: `path` is not canonical in the sandbox (a symlink or
+ * a `..` leads elsewhere: `canonical`, or null when it could not be resolved). Nothing was changed.
+ */
+export class PathNotCanonicalError extends AppError {
+  constructor(
+    readonly path: string,
+    readonly canonical: string | null,
+    opts: AppErrorOptions = {},
+  ) {
+    super('conflict', `not run: ${path} is not canonical${canonical === null ? '' : ` (it resolves to ${canonical})`}`, { ...opts, details: { path, canonical, ...opts.details } });
+  }
+}
+
 export function isAppError(e: unknown): e is AppError {
   return e instanceof AppError;
 }

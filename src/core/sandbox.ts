@@ -222,6 +222,14 @@ export interface TcpListener {
 
 export interface CallOptions {
   signal?: AbortSignal;
+  /**
+   * Run only if each of these absolute paths is canonical at that moment (its realpath is itself), checked
+   * in the sandbox in the operation's own round trip; else nothing runs and the call rejects with
+   * PathNotCanonicalError. The gate decides on a path as written and runs the call under this guard, so
+   * resolving symlinks costs no round trip of its own. Honoured by exec, readFile, writeFile, listFiles
+   * and stat; other operations ignore it.
+   */
+  guard?: readonly string[];
 }
 
 export interface CheckpointResult {

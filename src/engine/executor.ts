@@ -52,4 +52,6 @@ export interface ExecContext {
   /** Name resolution for http.request; default dns.lookup. */
   resolve?: (host: string) => Promise<string[]>;
   signal?: AbortSignal;
+  /** Paths the call was decided on as written: its first sandbox operation runs under this guard (CallOptions.guard). */
+  guard?: readonly string[];
 }

@@ -33,6 +33,8 @@ export interface RunMode {
   /** Set when an operator's approval runs the call: that approval is held, and nothing new is parked. */
   approvalId?: string;
   signal?: AbortSignal;
+  /** Resolve the path arguments in the sandbox before deciding (no guarded fast path: gate.ts decide). */
+  resolve?: boolean;
 }
 
 /** What an allowed call runs with: exactly the decided arguments. */
@@ -45,6 +47,8 @@ export interface Allowed {
   httpAllow: readonly string[];
   /** Restricted ranges the session may reach anyway (policy/egress.ts). */
   egressAllowCidr: readonly string[];
+  /** Decided on the paths as written: they must still be canonical when the call runs (CallOptions.guard). */
+  guard?: readonly string[];
 }
 
 /** After the decision: answered already (refused, parked, replayed), or to be run. */
@@ -66,6 +70,8 @@ export interface CommitOptions {
   approval: ApprovalRecord | null;
   /** The tool's definition; required when the decision is allow. */
   tool?: ToolDefinition | undefined;
+  /** The paths decided on as written (Allowed.guard). */
+  guard?: readonly string[];
 }
 
 /** Persists what one evaluation decided and audits its verdicts, in one transaction. */
@@ -95,6 +101,7 @@ export async function commitDecision(c: GateContext, o: CommitOptions): Promise<
           httpAllow: row.settings.httpAllow,
           egressAllowCidr: row.settings.egressAllowCidr ?? [],
           ...(d.approvalId ? { approvalId: d.approvalId } : {}),
+          ...(o.guard ? { guard: o.guard } : {}),
         },
       };
     } else if (d.effect === 'ask') {
@@ -201,6 +208,26 @@ export async function finishCall(c: GateContext, o: FinishOptions): Promise<Call
   }, { durability: tripped ? 'full' : 'deferred' });
   if (tripped) await pauseForBreaker(c, r.id, g);
   return result;
+}
+
+/**
+ * An allowed call whose guard failed (a path it was decided on leads elsewhere): nothing ran. Its result
+ * entry says so; the gate then decides the call again on where the paths lead. The breaker and the plan
+ * are left as the decision put them (the guarded path is taken only with no plan set).
+ */
+export async function abandonCall(c: GateContext, o: { sessionId: string; principal: Principal; allowed: Allowed; reason: string }): Promise<void> {
+  const r = (await c.store.sessions.get(o.sessionId)) as SessionRecord;
+  const a = o.allowed;
+  await c.store.transaction(async () => {
+    await c.audit.append({
+      tenantId: r.tenantId,
+      sessionId: r.id,
+      principal: o.principal,
+      action: 'tool.result',
+      outcome: 'skip',
+      data: { callId: a.callId, tool: a.tool.name, argsDigest: a.argsDigest, detail: `${o.reason}; decided again on the resolved path` },
+    });
+  }, { durability: 'deferred' });
 }
 
 async function auditVerdicts(c: GateContext, r: SessionRecord, p: Principal, base: AuditBase, verdicts: readonly StageVerdict[]): Promise<void> {

@@ -18,7 +18,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, posix } from 'node:path';
 import { ControlLeases, DEFAULT_CONTROL_IDLE_MS, type ControlInfo } from './gate-control.js';
 import {
   AppError,
@@ -26,6 +26,7 @@ import {
   InvalidArgumentError,
   InvalidStateError,
   NotFoundError,
+  PathNotCanonicalError,
   isAppError,
   type ApprovalRecord,
   type ApprovalStatus,
@@ -37,7 +38,7 @@ import {
   type SnapshotRecord,
   type Store,
 } from '../core/index.js';
-import { COMPUTER, argsDigest, controlHeld, describeCall, evaluate, prepareArgs, withCanonicalPaths, type UnresolvedPath } from '../policy/index.js';
+import { COMPUTER, argsDigest, controlHeld, describeCall, evaluate, isCanonicalPath, prepareArgs, withCanonicalPaths, type Evaluation, type ToolDefinition, type UnresolvedPath } from '../policy/index.js';
 import type {
   CallResult,
   GateInfo,
@@ -54,7 +55,7 @@ import type {
 import * as admin from './gate-admin.js';
 import * as approvals from './gate-approvals.js';
 import { approvalLike, deniedView } from './gate-approvals.js';
-import { commitDecision, finishCall, type AuditBase, type CallSpec, type Phase, type RunMode } from './gate-commit.js';
+import { abandonCall, commitDecision, finishCall, type AuditBase, type CallSpec, type Phase, type RunMode } from './gate-commit.js';
 import { forbiddenForWatcher, operatorSession, requireOperator, viewSession, visibleApproval, visibleSession, who, type GateContext } from './gate-context.js';
 import { GateState, HOME } from './gate-state.js';
 import { KeyedMutex } from './lock.js';
@@ -105,6 +106,26 @@ const MACHINE_CODES: ReadonlySet<string> = new Set(['invalid_state', 'sandbox_fa
 const MAX_TOOL_NAME = 128;
 const MAX_STEP_ID = 128;
 const MAX_REASON = 4096;
+
+/** A path argument made absolute (relative to the agent's home). */
+function absolute(path: string): string {
+  return path.startsWith('/') ? path : `${HOME}/${path}`;
+}
+
+/**
+ * The paths as written, made absolute with `.`, `..` and repeated slashes folded: what realpath returns when
+ * no symlink is on the way. Null when one does not fold to a canonical path (the paths are resolved first).
+ */
+function lexicalPaths(paths: readonly { arg: string; path: string }[]): Record<string, string> | null {
+  const out: Record<string, string> = {};
+  for (const { arg, path } of paths) {
+    const p = posix.normalize(absolute(path));
+    const folded = p.length > 1 && p.endsWith('/') ? p.slice(0, -1) : p;
+    if (!isCanonicalPath(folded)) return null;
+    out[arg] = folded;
+  }
+  return out;
+}
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -225,8 +246,14 @@ export class ToolGate implements GateService {
         egressAllowCidr: a.egressAllowCidr,
         ...(this.resolve ? { resolve: this.resolve } : {}),
         ...(mode.signal ? { signal: mode.signal } : {}),
+        ...(a.guard ? { guard: a.guard } : {}),
       });
     } catch (e) {
+      if (e instanceof PathNotCanonicalError && a.guard) {
+        // Nothing ran: a path leads elsewhere (a symlink). Recorded, then decided again on where it leads.
+        await this.c.lock.run(r.id, () => abandonCall(this.c, { sessionId: r.id, principal: p, allowed: a, reason: e.message }));
+        return this.runCall(r, p, spec, { ...mode, resolve: true });
+      }
       if (!isAppError(e)) this.c.log(`tool ${a.tool.name} in ${r.id} failed: ${(e as Error).stack ?? String(e)}`);
       out = { outputError: `${a.tool.name} could not run: ${isAppError(e) ? `${e.code}: ${e.message}` : 'internal error'}` };
     }
@@ -255,72 +282,90 @@ export class ToolGate implements GateService {
       throw new InvalidStateError(`session ${r.id} is paused; an operator must resume it first`, { details: { state: r.state } });
     }
 
-    // Paths: resolved in the sandbox (symlinks followed); the resolved path is what policy sees and what runs.
-    // Not while the breaker is open: evaluate refuses first, and a paused machine cannot resolve anything.
-    let args = spec.args;
-    const unresolvedPaths: UnresolvedPath[] = [];
-    if (tool && isObject(args) && !g.breaker.open && !held) {
-      const { paths } = prepareArgs(tool, args);
-      if (paths.length > 0) {
+    // Paths: policy decides on the canonical path (symlinks followed), and that is what runs. Not while the
+    // breaker is open or a person holds the session: evaluate refuses first.
+    const pathArgs = tool && isObject(spec.args) && !g.breaker.open && !held ? prepareArgs(tool, spec.args).paths : [];
+    // Fast path: decided on the paths as written (made absolute, `.` and `..` folded) and run under a guard
+    // that they are canonical, checked in the call's own round trip (CallOptions.guard); a guard that fails
+    // runs nothing and the call is decided again on where the paths lead (runCall). Only for a fresh call
+    // with no plan set that the policy allows outright: anything else resolves the paths first.
+    let guess = pathArgs.length > 0 && !mode.resolve && !mode.approvalId && g.plan === null ? lexicalPaths(pathArgs) : null;
+    type Facts = { done: CallResult } | { resolveFirst: true } | { ev: Evaluation; approval: ApprovalRecord | undefined };
+    const gather = async (): Promise<Facts> => {
+      let args = spec.args;
+      const unresolvedPaths: UnresolvedPath[] = [];
+      if (guess) args = withCanonicalPaths(tool as ToolDefinition, args as Record<string, unknown>, guess);
+      else if (pathArgs.length > 0) {
         const resolved: Record<string, string> = {};
-        for (const { arg, path } of paths) {
+        for (const { arg, path } of pathArgs) {
           try {
-            resolved[arg] = await this.c.sandboxes.realpath(r.id, path.startsWith('/') ? path : `${HOME}/${path}`, mode.signal ? { signal: mode.signal } : {});
+            resolved[arg] = await this.c.sandboxes.realpath(r.id, absolute(path), mode.signal ? { signal: mode.signal } : {});
           } catch (e) {
             if (!isAppError(e) || MACHINE_CODES.has(e.code)) throw e;
             unresolvedPaths.push({ arg, path, code: e.code, message: e.message });
           }
         }
-        if (unresolvedPaths.length === 0) args = withCanonicalPaths(tool, args, resolved);
+        if (unresolvedPaths.length === 0) args = withCanonicalPaths(tool as ToolDefinition, args as Record<string, unknown>, resolved);
         // Resolving awaited the sandbox: the session may have been terminated meanwhile (and its approvals closed).
         const cur = (await this.c.store.sessions.get(r.id))?.state;
         if (cur === 'terminated' || cur === 'failed') throw new InvalidStateError(`session ${r.id} is ${cur}; its tools cannot be called`, { details: { state: cur } });
       }
-    }
-    const now = this.c.clock.now();
-    const digest = (() => {
-      try {
-        return argsDigest(spec.tool, args);
-      } catch {
-        return null;
+      const now = this.c.clock.now();
+      const digest = (() => {
+        try {
+          return argsDigest(spec.tool, args);
+        } catch {
+          return null;
+        }
+      })();
+      if (!g.breaker.open) base.subject = describeCall(spec.tool, args);
+      if (digest && !g.breaker.open) base.argsDigest = digest;
+
+      // The approval held for this exact call: the operator's being run, or one the agent's repeat matches.
+      let approval: ApprovalRecord | undefined;
+      if (mode.approvalId) {
+        approval = await this.c.store.approvals.get(mode.approvalId);
+      } else if (digest && tool && !g.breaker.open && !held) {
+        approval = await approvals.currentApproval(this.c, r.id, digest, now);
+        if (approval && guess) return { resolveFirst: true };
+        if (approval?.status === 'used') return { done: await approvals.replay(this.c, r, p, approval, base) };
       }
-    })();
-    if (!g.breaker.open) base.subject = describeCall(spec.tool, args);
-    if (digest && !g.breaker.open) base.argsDigest = digest;
 
-    // The approval held for this exact call: the operator's being run, or one the agent's repeat matches.
-    let approval: ApprovalRecord | undefined;
-    if (mode.approvalId) {
-      approval = await this.c.store.approvals.get(mode.approvalId);
-    } else if (digest && tool && !g.breaker.open && !held) {
-      approval = await approvals.currentApproval(this.c, r.id, digest, now);
-      if (approval?.status === 'used') return { done: await approvals.replay(this.c, r, p, approval, base) };
+      const compiled = await this.c.state.policy(r.tenantId);
+      const ev = evaluate({
+        toolName: spec.tool,
+        tool,
+        args,
+        session: { id: r.id, tenantId: r.tenantId, metadata: r.metadata, callsInSession: g.row.calls },
+        policy: compiled.engine,
+        plan: g.plan,
+        breaker: { state: g.breaker, settings: g.breakerSettings },
+        approval: approval ? approvalLike(approval) : null,
+        runsOnApproval: mode.approvalId !== undefined && approval !== undefined,
+        now,
+        availableTools: [...tools.keys()],
+        unresolvedPaths,
+        httpAllow: g.row.settings.httpAllow,
+        ...(spec.step !== undefined ? { claimedStep: spec.step } : {}),
+        control,
+        caller,
+        screen: r.settings.desktop ?? null,
+      });
+      return { ev, approval };
+    };
+    let facts = await gather();
+    if (guess && ('resolveFirst' in facts || ('ev' in facts && facts.ev.decision.effect !== 'allow'))) {
+      guess = null; // not a plain allow: decided again on the resolved paths, before anything is committed
+      facts = await gather();
     }
-
-    const compiled = await this.c.state.policy(r.tenantId);
-    const ev = evaluate({
-      toolName: spec.tool,
-      tool,
-      args,
-      session: { id: r.id, tenantId: r.tenantId, metadata: r.metadata, callsInSession: g.row.calls },
-      policy: compiled.engine,
-      plan: g.plan,
-      breaker: { state: g.breaker, settings: g.breakerSettings },
-      approval: approval ? approvalLike(approval) : null,
-      runsOnApproval: mode.approvalId !== undefined && approval !== undefined,
-      now,
-      availableTools: [...tools.keys()],
-      unresolvedPaths,
-      httpAllow: g.row.settings.httpAllow,
-      ...(spec.step !== undefined ? { claimedStep: spec.step } : {}),
-      control,
-      caller,
-      screen: r.settings.desktop ?? null,
-    });
+    if ('done' in facts) return facts;
+    if ('resolveFirst' in facts) throw new AppError('internal', 'the gate resolved paths first and was asked to again');
+    const { ev, approval } = facts;
     if (mode.approvalId && ev.decision.effect === 'ask') {
       throw new AppError('internal', `approval ${mode.approvalId} did not match its own call`, { details: { approvalId: mode.approvalId } });
     }
-    return commitDecision(this.c, { session: r, principal: p, gate: g, evaluation: ev, call: spec, mode, base, approval: approval ?? null, tool });
+    const guard = guess ? Object.values(guess) : undefined;
+    return commitDecision(this.c, { session: r, principal: p, gate: g, evaluation: ev, call: spec, mode, base, approval: approval ?? null, tool, ...(guard ? { guard } : {}) });
   }
 
   /**

@@ -62,6 +62,8 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
   if (ex.kind === 'command') return runCommandTool(tool, ex.argv, ex.timeoutMs, args, ctx);
   const { sandboxes: sb, sessionId: id, limits, signal } = ctx;
   const opts = signal ? { signal } : {};
+  // The first sandbox operation carries the guard: the paths it checks are those the call was decided on.
+  const first = ctx.guard ? { ...opts, guard: ctx.guard } : opts;
   switch (ex.name) {
     case 'shell.exec': {
       const req: ExecRequest = {
@@ -71,7 +73,7 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
         stdin: false,
       };
       if (args.env) req.env = args.env as Record<string, string>;
-      const handle = await sb.exec(id, req, opts);
+      const handle = await sb.exec(id, req, first);
       // Past the cap the command runs on: its first and last parts are kept, the middle only counted.
       const head = Math.floor(limits.outputCapBytes / 2);
       const streams = { stdout: new HeadTail(head, limits.outputCapBytes - head), stderr: new HeadTail(head, limits.outputCapBytes - head) };
@@ -87,7 +89,7 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
     }
     case 'fs.read': {
       const path = args.path as string;
-      const st = await sb.stat(id, path, opts);
+      const st = await sb.stat(id, path, first);
       if (st.type === 'dir') return { outputError: `${path} is a directory; use fs.list` };
       if (st.size > limits.outputCapBytes) {
         return { outputError: `output was truncated: ${path} is ${st.size} bytes, more than the ${limits.outputCapBytes}-byte read limit; read it in parts with shell.exec` };
@@ -106,12 +108,12 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
     case 'fs.write': {
       const path = args.path as string;
       const data = typeof args.content === 'string' ? enc.encode(args.content) : new Uint8Array(Buffer.from(args.contentBase64 as string, 'base64'));
-      const n = await sb.writeFile(id, path, once(data), opts);
+      const n = await sb.writeFile(id, path, once(data), first);
       return { output: { path, bytesWritten: n } };
     }
     case 'fs.list': {
       const path = args.path as string;
-      const entries = await sb.listFiles(id, path, opts);
+      const entries = await sb.listFiles(id, path, first);
       if (entries.length > limits.listCap) return { outputError: `output was truncated: ${path} has more than ${limits.listCap} entries; list it with shell.exec` };
       return {
         output: { path, truncated: false, entries: entries.map((e) => ({ name: e.name, type: e.type, size: e.size, mode: e.mode, mtimeMs: e.mtimeMs })) },
@@ -142,7 +144,7 @@ async function runCommandTool(
   ctx: ExecContext,
 ): Promise<ExecOutcome> {
   const limit = timeoutMs ?? ctx.limits.defaultTimeoutMs;
-  const handle = await ctx.sandboxes.exec(ctx.sessionId, { argv: [...argv], cwd: HOME, timeoutMs: limit, stdin: true }, ctx.signal ? { signal: ctx.signal } : {});
+  const handle = await ctx.sandboxes.exec(ctx.sessionId, { argv: [...argv], cwd: HOME, timeoutMs: limit, stdin: true }, { ...(ctx.signal ? { signal: ctx.signal } : {}), ...(ctx.guard ? { guard: ctx.guard } : {}) });
   const captured = capture(handle, ctx.limits.outputCapBytes);
   try {
     await handle.writeStdin(enc.encode(JSON.stringify(args)));

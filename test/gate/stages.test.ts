@@ -80,6 +80,22 @@ describe.skipIf(skip)('gate stages over HTTP', () => {
       result: { exitCode: 0 },
     });
     expect(denied(await call('fs.read', { path: '/workspace/x' }))).toEqual({ stage: 'policy', code: 'policy_denied' });
+    // Decided first on the path as written (which the policy allows), run under a guard that it is canonical:
+    // the agent refused to run it (nothing was read), and the call was decided again on /etc/passwd.
+    const trail = (await t.op.audit.query({ sessionId: a.id })).filter((e) => e.action.startsWith('tool.')).slice(-8);
+    expect(trail.map((e) => [e.action, e.outcome])).toEqual([
+      ['tool.arguments', 'pass'],
+      ['tool.policy', 'pass'],
+      ['tool.plan', 'skip'],
+      ['tool.approval', 'skip'],
+      ['tool.breaker', 'pass'],
+      ['tool.result', 'skip'],
+      ['tool.arguments', 'pass'],
+      ['tool.policy', 'deny'],
+    ]);
+    expect(trail[0]?.data.subject).toMatch(/\/workspace\/x/);
+    expect(trail[5]?.data.detail).toMatch(/not run: \/workspace\/x is not canonical \(it resolves to \/etc\/passwd\); decided again/);
+    expect(trail[6]?.data.subject).toMatch(/\/etc\/passwd/);
     expect(denied(await call('fs.read', { path: '/workspace/../etc/passwd' }))).toEqual({ stage: 'policy', code: 'policy_denied' });
     // A symlink *into* the allowed directory resolves to it and is allowed.
     expect(await call('fs.read', { path: '/root/ws/a.txt' })).toMatchObject({ decision: 'allow', result: { path: '/workspace/a.txt' } });

@@ -57,7 +57,7 @@ export abstract class AgentBackedDriver implements Pick<SandboxDriver, AgentMeth
   // ---- commands and background processes ----
 
   async exec(sandboxId: string, req: ExecRequest, opts: CallOptions = {}): Promise<ExecHandle> {
-    return (await this.agentChannel(sandboxId)).exec(this.withEnv(sandboxId, req), opts);
+    return this.guarded(sandboxId, opts, (ch) => ch.exec(this.withEnv(sandboxId, req), opts));
   }
   async startProcess(sandboxId: string, execId: string, req: ExecRequest, opts: CallOptions = {}): Promise<{ pid: number }> {
     return (await this.agentChannel(sandboxId)).startProcess(execId, this.withEnv(sandboxId, req), opts);
@@ -91,16 +91,21 @@ export abstract class AgentBackedDriver implements Pick<SandboxDriver, AgentMeth
 
   /** Resolves once the agent has opened the file, so a missing one rejects here, not at the first chunk. */
   async readFile(sandboxId: string, path: string, opts: CallOptions = {}): Promise<AsyncIterable<Uint8Array>> {
-    return (await this.agentChannel(sandboxId)).readFile(path, opts);
+    return this.guarded(sandboxId, opts, (ch) => ch.readFile(path, opts));
   }
   async writeFile(sandboxId: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
-    return (await this.agentChannel(sandboxId)).writeFile(path, data, opts);
+    return this.guarded(sandboxId, opts, (ch) => ch.writeFile(path, data, opts));
   }
   async listFiles(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileEntry[]> {
-    return (await this.agentChannel(sandboxId)).list(path, opts);
+    return this.guarded(sandboxId, opts, (ch) => ch.list(path, opts));
   }
   async stat(sandboxId: string, path: string, opts: CallOptions = {}): Promise<FileStat> {
-    return (await this.agentChannel(sandboxId)).stat(path, opts);
+    return this.guarded(sandboxId, opts, (ch) => ch.stat(path, opts));
+  }
+  /** An operation on the sandbox's channel, run under opts.guard when there is one (CallOptions.guard). */
+  private async guarded<T>(sandboxId: string, opts: CallOptions, op: (ch: AgentChannel) => Promise<T>): Promise<T> {
+    const ch = await this.agentChannel(sandboxId);
+    return opts.guard?.length ? ch.guarded(opts.guard, () => op(ch), opts.signal) : op(ch);
   }
   async realpath(sandboxId: string, path: string, opts: CallOptions = {}): Promise<string> {
     return (await this.agentChannel(sandboxId)).realpath(path, opts);

@@ -8,6 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { PathNotCanonicalError } from '../../core/errors.js';
 import { AgentChannel } from './channel.js';
 import { type Agent, agentBin, chunksOf, codeOf, collect, readAll, run, sha256, startAgent, stop, strayPids, useAgentHarness, work } from '../../../test/helpers/agent-harness.js';
 
@@ -277,6 +278,35 @@ describe('berth-agent over AgentChannel', () => {
       expect(readdirSync(base)).toEqual([]);
       await a.ch.remove(base);
       expect(existsSync(base)).toBe(false);
+    });
+
+    it('runs an operation under a guard only while its paths are canonical (protocol 2)', async () => {
+      const base = join(work, 'guard');
+      mkdirSync(join(base, 'real'), { recursive: true });
+      symlinkSync('real', join(base, 'link'));
+      writeFileSync(join(base, 'real/a'), 'a');
+      expect(a.ch.info.version).toBe(2);
+      // Canonical: the operation runs, in the same round trip as the check.
+      expect((await a.ch.guarded([join(base, 'real')], () => a.ch.list(join(base, 'real')))).map((e) => e.name)).toEqual(['a']);
+      const fresh = join(base, 'real/new.txt'); // not there yet: its canonical form is itself
+      expect(await a.ch.guarded([fresh], () => a.ch.writeFile(fresh, chunksOf(Buffer.from('ok'), 2)))).toBe(2);
+      expect(readFileSync(fresh, 'utf8')).toBe('ok');
+      // Through a symlink: refused with where it leads, and nothing ran.
+      const viaLink = join(base, 'link/b');
+      const e = await a.ch.guarded([viaLink], () => a.ch.writeFile(viaLink, chunksOf(Buffer.from('no'), 2))).catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(PathNotCanonicalError);
+      expect(e).toMatchObject({ code: 'conflict', path: viaLink, canonical: join(base, 'real/b') });
+      expect(existsSync(join(base, 'real/b'))).toBe(false);
+      // Two guards, the second failing: the command does not run; one that cannot be resolved fails too.
+      const marker = join(base, 'ran');
+      const two = a.ch.guarded([join(base, 'real'), join(base, 'link')], () => a.ch.exec({ argv: ['/bin/touch', marker] }));
+      expect(await two.catch((x: unknown) => x)).toMatchObject({ path: join(base, 'link'), canonical: join(base, 'real') });
+      const bad = join(base, 'real/a/x'); // through a file: ENOTDIR
+      expect(await a.ch.guarded([bad], () => a.ch.exec({ argv: ['/bin/touch', marker] })).catch((x: unknown) => x)).toMatchObject({ path: bad, canonical: null });
+      expect(existsSync(marker)).toBe(false);
+      // The guard covers only the next request: the channel goes on as before.
+      expect(await a.ch.realpath(viaLink)).toBe(join(base, 'real/b'));
+      expect((await a.ch.list(join(base, 'link'))).map((x) => x.name)).toEqual(['a', 'new.txt']);
     });
 
     it('maps agent errnos to error codes', async () => {

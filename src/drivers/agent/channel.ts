@@ -23,13 +23,14 @@ import type {
   WatchEvent,
 } from '../../core/sandbox.js';
 import { AgentExecHandle } from './exec-handle.js';
+import { runGuarded, type GuardHost } from './guard.js';
 import { OutputRoute, V_J, WatchRoute, checkTag, notFoundProcess, parseJob, validateExec } from './processes.js';
 import { ChannelSockets, V_n } from './sockets.js';
-import { ReadRoute } from './stream-route.js';
+import { ReadRoute, sendFileData } from './stream-route.js';
 import { AgentTerminals } from './terminals.js';
 import {
+  AGENT_PROTOCOL_MIN,
   AGENT_PROTOCOL_VERSION,
-  CHUNK,
   MAX_LINE,
   MAX_LIST_ENTRIES,
   LineSplitter,
@@ -106,6 +107,21 @@ export class AgentChannel {
   private nextId = 1;
   private closed: AgentChannelCloseInfo | null = null;
   private drain: Deferred<void> | null = null;
+  /** Guard lines (guard.ts) that go out in front of the next line sent. */
+  private guardLines: string | undefined;
+  private readonly guardHost: GuardHost = {
+    version: () => this.agent.version,
+    assertOpen: () => this.assertOpen(),
+    newId: () => this.nextId++,
+    addRoute: (id, r) => this.routes.set(id, r),
+    release: (id) => this.routes.delete(id),
+    pending: (lines) => {
+      const before = this.guardLines;
+      this.guardLines = lines;
+      return before;
+    },
+    realpath: (path, signal) => this.realpath(path, signal ? { signal } : {}),
+  };
   private readonly link: Link = {
     send: (line) => this.send(line),
     sendFlow: (line, signal) => this.sendFlow(line, signal),
@@ -167,8 +183,8 @@ export class AgentChannel {
     const ch = new AgentChannel(opts);
     try {
       const hello = await ch.hello({ reset: true, repeatMs: interval, timeoutMs: timeout, signal: opts.signal });
-      if (hello.version !== AGENT_PROTOCOL_VERSION) {
-        throw new SandboxError(`the agent speaks protocol ${hello.version}; this host speaks ${AGENT_PROTOCOL_VERSION}`);
+      if (hello.version < AGENT_PROTOCOL_MIN || hello.version > AGENT_PROTOCOL_VERSION) {
+        throw new SandboxError(`the agent speaks protocol ${hello.version}; this host speaks ${AGENT_PROTOCOL_MIN} to ${AGENT_PROTOCOL_VERSION}`);
       }
       ch.agent = Object.freeze({ version: hello.version, pid: hello.pid });
       ch.nextId = Math.max(ch.nextId, hello.nextId);
@@ -330,37 +346,7 @@ export class AgentChannel {
     const route = new ReplyRoute<number>(path, (verb, f) => (verb === V.r ? num(f[1]) : undefined));
     this.routes.set(id, route);
     this.send(`W ${id} ${enc(path)} ${mode.toString(8)}\n`);
-    const source = data[Symbol.asyncIterator]();
-    let sent = 0;
-    let sourceDone = false;
-    try {
-      while (!route.d.settled) {
-        const next = await raceAbort(source.next(), signal);
-        if (next.done) {
-          sourceDone = true;
-          break;
-        }
-        const buf = asBuffer(next.value);
-        for (let off = 0; off < buf.length && !route.d.settled; off += CHUNK) {
-          const piece = buf.subarray(off, off + CHUNK);
-          await this.sendFlow(`D ${id} ${piece.toString('base64')}\n`, signal);
-          sent += piece.length;
-        }
-      }
-      if (!route.d.settled) this.send(`F ${id}\n`);
-      const written = await raceAbort(route.d.promise, signal);
-      if (written !== sent) throw new SandboxError(`write of ${path}: sent ${sent} bytes, the agent wrote ${written}`);
-      return written;
-    } catch (e) {
-      if (!route.d.settled && !this.closed) {
-        this.send(`A ${id}\n`);
-        await route.d.promise.catch(() => undefined); // the agent has removed the temporary file
-      }
-      if (!sourceDone) void Promise.resolve(source.return?.()).catch(() => undefined);
-      throw e;
-    } finally {
-      this.routes.delete(id);
-    }
+    return sendFileData({ link: this.link, id, path, route, data, closed: () => this.closed !== null }, signal);
   }
 
   /** Directory entries (lstat of each; "." and ".." left out), sorted by name. */
@@ -542,7 +528,14 @@ export class AgentChannel {
 
   private send(line: string): void {
     if (this.closed) throw this.closed.error;
-    this.output.write(line);
+    const guard = this.guardLines;
+    this.guardLines = undefined;
+    this.output.write(guard === undefined ? line : guard + line);
+  }
+
+  /** guard.ts: runs `op` only if every path is canonical, checked in the op's own round trip. */
+  guarded<T>(paths: readonly string[], op: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    return runGuarded(this.guardHost, paths, op, signal);
   }
 
   /** Writes and, when the stream's buffer is full, waits for it to drain. */

@@ -5,7 +5,7 @@
  * early. A subclass only parses its lines into `push(item)` and `end(error?)`.
  */
 import { InvalidStateError, SandboxError, type AppError } from '../../core/errors.js';
-import { GRANT_BATCH, V, dec, deferred, failure, num, raceAbort, type Link, type Route } from './wire.js';
+import { CHUNK, GRANT_BATCH, V, asBuffer, dec, deferred, failure, num, raceAbort, type Link, type ReplyRoute, type Route } from './wire.js';
 
 export interface StreamRouteOptions {
   /** The stream's id on the channel. */
@@ -136,5 +136,48 @@ export class ReadRoute extends StreamRoute<Buffer> {
 
   protected failOpen(err: AppError): void {
     this.opened.reject(err);
+  }
+}
+
+/**
+ * The data of a write whose `W` line is sent (AgentChannel.writeFile): `D` lines under the output's
+ * back-pressure, then `F`; on abort or a failing source an `A`, after which the agent has removed the
+ * temporary file. Resolves with the bytes written; releases the route.
+ */
+export async function sendFileData(
+  o: { link: Link; id: number; path: string; route: ReplyRoute<number>; data: AsyncIterable<Uint8Array>; closed: () => boolean },
+  signal?: AbortSignal,
+): Promise<number> {
+  const { link, id, route } = o;
+  const source = o.data[Symbol.asyncIterator]();
+  let sent = 0;
+  let sourceDone = false;
+  try {
+    while (!route.d.settled) {
+      const next = await raceAbort(source.next(), signal);
+      if (next.done) {
+        sourceDone = true;
+        break;
+      }
+      const buf = asBuffer(next.value);
+      for (let off = 0; off < buf.length && !route.d.settled; off += CHUNK) {
+        const piece = buf.subarray(off, off + CHUNK);
+        await link.sendFlow(`D ${id} ${piece.toString('base64')}\n`, signal);
+        sent += piece.length;
+      }
+    }
+    if (!route.d.settled) link.send(`F ${id}\n`);
+    const written = await raceAbort(route.d.promise, signal);
+    if (written !== sent) throw new SandboxError(`write of ${o.path}: sent ${sent} bytes, the agent wrote ${written}`);
+    return written;
+  } catch (e) {
+    if (!route.d.settled && !o.closed()) {
+      link.send(`A ${id}\n`);
+      await route.d.promise.catch(() => undefined); // the agent has removed the temporary file
+    }
+    if (!sourceDone) void Promise.resolve(source.return?.()).catch(() => undefined);
+    throw e;
+  } finally {
+    link.release(id);
   }
 }

@@ -13,7 +13,9 @@ import {
 } from '../../core/errors.js';
 import type { FileEntry, FileType } from '../../core/sandbox.js';
 
-export const AGENT_PROTOCOL_VERSION = 1;
+/** 2 added guards (`P <id> <path> g`); a host still speaks 1 with an agent restored from an older image. */
+export const AGENT_PROTOCOL_VERSION = 2;
+export const AGENT_PROTOCOL_MIN = 1;
 /** Longest line accepted from the agent, bytes (it never sends more than ~70 KiB). */
 export const MAX_LINE = 1 << 20;
 /** Raw bytes per D or I line we send (the agent uses the same size for o, e and D). */
@@ -93,7 +95,7 @@ const ERRNO: Record<number, string> = {
   1: 'EPERM', 2: 'ENOENT', 3: 'ESRCH', 4: 'EINTR', 5: 'EIO', 7: 'E2BIG', 9: 'EBADF', 11: 'EAGAIN',
   12: 'ENOMEM', 13: 'EACCES', 16: 'EBUSY', 17: 'EEXIST', 18: 'EXDEV', 20: 'ENOTDIR', 21: 'EISDIR',
   22: 'EINVAL', 23: 'ENFILE', 24: 'EMFILE', 26: 'ETXTBSY', 27: 'EFBIG', 28: 'ENOSPC', 30: 'EROFS',
-  31: 'EMLINK', 32: 'EPIPE', 36: 'ENAMETOOLONG', 38: 'ENOSYS', 39: 'ENOTEMPTY', 40: 'ELOOP', 122: 'EDQUOT',
+  31: 'EMLINK', 32: 'EPIPE', 36: 'ENAMETOOLONG', 38: 'ENOSYS', 39: 'ENOTEMPTY', 40: 'ELOOP', 116: 'ESTALE', 122: 'EDQUOT',
 };
 
 /** Maps an agent failure (`r <id> <errno> <message>`) to an AppError; details carry {errno, path}. */

@@ -27,6 +27,7 @@ import {
   InvalidArgumentError,
   InvalidStateError,
   NotFoundError,
+  PathNotCanonicalError,
   PortClosedError,
   SandboxError,
   throwIfAborted,
@@ -200,6 +201,15 @@ export class MemoryDriver implements SandboxDriver {
     throw f.error;
   }
 
+  /** CallOptions.guard, as the agent checks it: every path must resolve to itself, or nothing runs. */
+  private checkGuard(sandboxId: string, opts?: CallOptions): void {
+    const fs = this.box(sandboxId).fs;
+    for (const p of opts?.guard ?? []) {
+      const real = ((): string | null => { try { return fs.realpath(p); } catch { return null; } })(); // prettier-ignore
+      if (real !== p) throw new PathNotCanonicalError(p, real);
+    }
+  }
+
   private box(sandboxId: string): Box {
     const b = this.boxes.get(sandboxId);
     if (!b) throw new NotFoundError('sandbox', sandboxId);
@@ -250,6 +260,7 @@ export class MemoryDriver implements SandboxDriver {
 
   async exec(sandboxId: string, req: ExecRequest, opts?: CallOptions): Promise<ExecHandle> {
     this.fault('exec', opts);
+    this.checkGuard(sandboxId, opts);
     if (req.argv.length === 0) throw new InvalidArgumentError('argv must be a non-empty array of strings', { details: { argv: req.argv } });
     const box = this.box(sandboxId);
     const h = new MemoryExec({ stdin: !!req.stdin, timeoutMs: req.timeoutMs });
@@ -439,6 +450,7 @@ export class MemoryDriver implements SandboxDriver {
 
   async readFile(sandboxId: string, path: string, opts?: CallOptions): Promise<AsyncIterable<Uint8Array>> {
     this.fault('readFile', opts);
+    this.checkGuard(sandboxId, opts);
     const data = this.box(sandboxId).fs.readFile(path);
     return (async function* () {
       for (let off = 0; off < data.byteLength; off += 64 * 1024) yield data.subarray(off, off + 64 * 1024);
@@ -447,6 +459,7 @@ export class MemoryDriver implements SandboxDriver {
 
   async writeFile(sandboxId: string, path: string, data: AsyncIterable<Uint8Array>, opts: CallOptions & { mode?: number } = {}): Promise<number> {
     this.fault('writeFile', opts);
+    this.checkGuard(sandboxId, opts);
     const box = this.box(sandboxId);
     box.fs.find(path); // the parent must exist before the data is taken
     const discard = box.fs.discards(path);
@@ -465,11 +478,13 @@ export class MemoryDriver implements SandboxDriver {
 
   async listFiles(sandboxId: string, path: string, opts?: CallOptions): Promise<FileEntry[]> {
     this.fault('listFiles', opts);
+    this.checkGuard(sandboxId, opts);
     return this.box(sandboxId).fs.list(path);
   }
 
   async stat(sandboxId: string, path: string, opts?: CallOptions): Promise<FileStat> {
     this.fault('stat', opts);
+    this.checkGuard(sandboxId, opts);
     return this.box(sandboxId).fs.stat(path);
   }
 

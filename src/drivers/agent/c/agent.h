@@ -56,7 +56,7 @@ extern char **environ;
 
 /* ==== 1. limits and state ============================================================================ */
 
-#define PROTOCOL_VERSION 1
+#define PROTOCOL_VERSION 2 /* 2: guards (P <id> <path> g) */
 #define MAX_LINE (1u << 20)        /* bytes, without '\n'; a longer line is discarded whole */
 #define CHUNK (48u * 1024)         /* raw bytes carried by one o/e/D line */
 #define READ_CREDIT 16             /* D lines a read may send before the host grants more */
@@ -269,6 +269,7 @@ int f_oct(size_t i, mode_t *v);
 int f_bytes(size_t i, char **p, size_t *n);
 int f_str(size_t i, char **p);
 int f_path(size_t i, char **p);
+int realpath_guard(uint64_t id);
 extern char **tok;   /* the fields of the line being handled */
 extern size_t ntok;
 

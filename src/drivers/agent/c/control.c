@@ -130,8 +130,17 @@ static void cmd_quiesce(uint64_t id) {
 
 /* ==== 11. dispatch =================================================================================== */
 
+/* A guard (protocol 2): `P <id> <path> g` answers like P and makes the next line conditional on <path>
+ * being canonical already (its realpath is itself). When it is not, or cannot be resolved, the next line is
+ * not run: its id is answered ESTALE "not run: a guard path is not canonical" (and a guard refused that
+ * way fails the line after it too, so a chain of guards guards one request). The host writes a guard and
+ * its request back to back, so no other line comes between them. */
+static int guard_armed, guard_failed;
+
 static void handle_line(char *line, size_t len) {
   quiesced = quiesce_pending = 0; /* any line ends a quiesce (and cancels one not yet in effect) */
+  int guarded = guard_armed, refused = guard_failed;
+  guard_armed = guard_failed = 0; /* a guard covers exactly the next line */
   if (!len || memchr(line, 0, len)) return;
   tokenize(line);
   if (tok[0][0] == 0 || tok[0][1] != 0) return;
@@ -145,6 +154,17 @@ static void handle_line(char *line, size_t len) {
   /* Hosts use ids below 2^53 (exact in a JS number); a garbage line with a huge id must not push nextId
    * out of their reach. */
   if (id >= next_id && id < AGENT_ID_BASE) next_id = id + 1; /* ids from AGENT_ID_BASE up are ours (E streams) */
+  int is_guard = verb == 'P' && ntok == 4 && !strcmp(tok[3], "g");
+  if (guarded && refused) {
+    reply_err(id, ESTALE, "not run: a guard path is not canonical", NULL);
+    if (is_guard) guard_armed = guard_failed = 1;
+    return;
+  }
+  if (is_guard) {
+    guard_armed = 1;
+    guard_failed = realpath_guard(id);
+    return;
+  }
   switch (verb) {
   case 'X': cmd_exec(id, 0); break;
   case 'B': cmd_exec(id, 1); break;

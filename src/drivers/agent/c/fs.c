@@ -156,6 +156,21 @@ void cmd_realpath(uint64_t id) {
   out_raw("\n", 1);
 }
 
+/* P <id> <path> g: answers like P; returns 1 unless <path> resolved to itself (the guard fails). */
+int realpath_guard(uint64_t id) {
+  char *path, res[PATH_MAX];
+  int bad = f_path(2, &path);
+  if (!bad) bad = resolve_path(path, res);
+  if (bad) {
+    reply_err(id, bad, "realpath", bad != EINVAL ? path : NULL);
+    return 1;
+  }
+  out_fmt("p %" PRIu64 " ", id);
+  out_b64(res, strlen(res));
+  out_raw("\n", 1);
+  return strcmp(res, path) != 0;
+}
+
 static int is_dir(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
