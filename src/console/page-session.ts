@@ -40,7 +40,7 @@ export function callsOf(entries: AuditEntryView[]): CallRow[] {
     c.stages.push({ stage: e.action.slice(5), verdict: e.outcome, detail: String(d.detail ?? ''), ...(typeof d.code === 'string' ? { code: d.code } : {}) });
     if (e.outcome === 'deny') c.outcome = typeof d.code === 'string' ? d.code : 'denied';
     else if (e.outcome === 'ask') c.outcome = 'pending approval';
-    else if (e.action === 'tool.result') c.outcome = 'ran';
+    else if (e.action === 'tool.result') c.outcome = e.outcome === 'skip' ? 'not run: decided again' : 'ran';
     if ('result' in d) c.result = d.result;
   }
   return [...calls.values()].reverse();

@@ -104,6 +104,8 @@ export class SqliteAuditTree implements KeyedAuditTree {
   #trusted = 0;
   /** An append inside an outer transaction left the head unsigned: the timestamp to sign it with at COMMIT. */
   #signAt: number | undefined;
+  /** A savepoint rolled back since the frontier last moved: it may hold leaves the database no longer has. */
+  #stale = false;
 
   constructor(opts: SqliteAuditTreeOptions) {
     const db = (this.#db = opts.db);
@@ -215,7 +217,10 @@ export class SqliteAuditTree implements KeyedAuditTree {
 
   /** False when the leaf could not be added because rows and tree disagree (rows cut or added by hand). */
   #add(text: string, seq: number): boolean {
-    if (this.#frontier.treeSize !== seq - 1) this.#frontier = this.#load(); // a rolled-back append moved it
+    if (this.#stale || this.#frontier.treeSize !== seq - 1) {
+      this.#frontier = this.#load(); // a rolled-back append moved it
+      this.#stale = false;
+    }
     // Rows and tree disagree: someone cut or added rows under us. The tree is left as found (evidence, like
     // a frozen anchor) and the entry goes unsigned, so verification reports it.
     if (this.#frontier.treeSize !== seq - 1) return false;
@@ -246,7 +251,8 @@ export class SqliteAuditTree implements KeyedAuditTree {
     const ts = this.#signAt;
     this.#signAt = undefined;
     if (ts === undefined || this.#signer === undefined) return;
-    const f = this.#load(); // a savepoint may have undone the last append since the frontier moved
+    const f = this.#stale ? this.#load() : this.#frontier; // a savepoint may have undone appends since the frontier moved
+    this.#stale = false;
     this.#frontier = f;
     if (f.treeSize > this.#trusted) return; // leaves this process did not write: left unsigned, as in #add
     this.#sign(f, ts);
@@ -257,9 +263,15 @@ export class SqliteAuditTree implements KeyedAuditTree {
     this.#putHead.run(h.treeSize, h.rootHash, h.timestamp, h.keyId, h.signature);
   }
 
+  /** Called when a savepoint inside the transaction rolled back: the frontier is reloaded before it is signed. */
+  afterSavepointRollback(): void {
+    this.#stale = true;
+  }
+
   /** Called when the caller's transaction rolled back: the frontier is reloaded on the next append. */
   afterRollback(): void {
     this.#signAt = undefined;
+    this.#stale = false;
     this.#frontier = this.#load();
     this.#trusted = Math.min(this.#trusted, this.#frontier.treeSize);
   }

@@ -245,6 +245,7 @@ export class SqliteAuditLog implements AuditLog {
         return entry;
       } catch (e) {
         if (db.inTransaction) db.exec(nested ? 'ROLLBACK TO berth_append; RELEASE berth_append' : 'ROLLBACK');
+        if (nested) this.tree.afterSavepointRollback();
         throw e;
       }
     };
