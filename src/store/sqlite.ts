@@ -321,6 +321,10 @@ export class SqliteStore implements Store {
   readonly #scope = new TxScope();
   /** Makes deferred commits durable; undefined for an in-memory database. */
   readonly #flusher: WalFlusher | undefined;
+  /** Commits made by transaction(), and the number of the last deferred and of the last full one. */
+  #commits = 0;
+  #lastDeferred = 0;
+  #lastFull = 0;
 
   constructor(parts: SqliteStoreParts) {
     const db = parts.db;
@@ -343,7 +347,13 @@ export class SqliteStore implements Store {
     const log = (line: string): void => void process.stderr.write(`berth store: ${line}\n`);
     this.audit = new SqliteAuditLog({ db, clock: parts.clock, scope, log, ...(anchorPath === undefined ? {} : { anchorPath }) });
     if (anchorPath !== undefined) {
-      this.#flusher = new WalFlusher({ walPath: `${parts.path}-wal`, capture: () => this.audit.durableMark(), durable: (m) => this.audit.markDurable(m), log });
+      this.#flusher = new WalFlusher({
+        walPath: `${parts.path}-wal`,
+        capture: () => this.audit.durableMark(),
+        durable: (m) => this.audit.markDurable(m),
+        covered: () => this.#lastFull > this.#lastDeferred,
+        log,
+      });
     }
   }
 
@@ -383,6 +393,9 @@ export class SqliteStore implements Store {
         if (deferred) this.#db.exec('PRAGMA synchronous = FULL');
       }
       this.audit.afterCommit(!deferred);
+      this.#commits++;
+      if (deferred) this.#lastDeferred = this.#commits;
+      else this.#lastFull = this.#commits;
       if (deferred) this.#flusher?.schedule();
       return result;
     } finally {
