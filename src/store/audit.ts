@@ -207,6 +207,8 @@ export class SqliteAuditLog implements AuditLog {
   #pending = false;
   /** The newest signed head committed (read after each commit, when no transaction is open). */
   #committedHead: SignedHead | undefined;
+  /** The head the open outer transaction's own appends made (undefined outside one, or after a savepoint rollback). */
+  #txHead: AuditAnchor | undefined;
   /** The highest seq given to the anchor by this process: the anchor only moves forward. */
   #anchoredSeq = -1;
   readonly #slot: FileSlot | undefined;
@@ -245,7 +247,7 @@ export class SqliteAuditLog implements AuditLog {
         return entry;
       } catch (e) {
         if (db.inTransaction) db.exec(nested ? 'ROLLBACK TO berth_append; RELEASE berth_append' : 'ROLLBACK');
-        if (nested) this.tree.afterSavepointRollback();
+        if (nested) this.afterSavepointRollback();
         throw e;
       }
     };
@@ -298,9 +300,12 @@ export class SqliteAuditLog implements AuditLog {
   }
 
   #appendInTx(p: PreparedInput, nested: boolean): AuditEntry {
-    const head = this.head();
+    // Inside an outer transaction after its first append, the head is that transaction's own last entry
+    // (IMMEDIATE: no other writer until COMMIT), and the committed head was checked by the first append.
+    const mine = nested ? this.#txHead : undefined;
+    const head = mine ?? this.head();
     const k = this.#known;
-    const cut = head.seq < k.seq || (head.seq === k.seq ? head.hash !== k.hash : this.#hashOf(k.seq) !== k.hash);
+    const cut = mine === undefined && (head.seq < k.seq || (head.seq === k.seq ? head.hash !== k.hash : this.#hashOf(k.seq) !== k.hash));
     if (cut) this.#frozen = true;
     const ts = this.#clock.now();
     if (!Number.isSafeInteger(ts)) throw new ConfigError('the clock returned a non-integer time', { details: { ts } });
@@ -317,6 +322,7 @@ export class SqliteAuditLog implements AuditLog {
     };
     const hash = hashEntry(body);
     this.#insert.run(body.seq, ts, p.tenantId, p.sessionId, p.principalJson, body.action, body.outcome, p.dataJson, body.prevHash, hash);
+    this.#txHead = nested ? { seq: body.seq, hash } : undefined;
     this.tree.onAppend(
       { seq: body.seq, ts, tenantId: p.tenantId, sessionId: p.sessionId, principalJson: p.principalJson, action: body.action, outcome: body.outcome, dataJson: p.dataJson, prevHash: body.prevHash, hash },
       { inOuterTransaction: nested },
@@ -390,6 +396,7 @@ export class SqliteAuditLog implements AuditLog {
    * markDurable() with what its fsync covered (so after a power cut they can only lag the database).
    */
   afterCommit(durable = true): void {
+    this.#txHead = undefined;
     if (this.#pending) {
       this.#pending = false;
       this.#known = this.head();
@@ -414,8 +421,15 @@ export class SqliteAuditLog implements AuditLog {
     this.tree.record(m.head);
   }
 
+  /** Called when a savepoint inside the store's transaction rolled back: it may have undone appends. */
+  afterSavepointRollback(): void {
+    this.#txHead = undefined;
+    this.tree.afterSavepointRollback();
+  }
+
   /** Called by SqliteStore.transaction() after its outermost ROLLBACK. */
   afterRollback(): void {
+    this.#txHead = undefined;
     this.#pending = false;
     this.tree.afterRollback();
   }

@@ -424,7 +424,7 @@ export class SqliteStore implements Store {
       if (this.#db.inTransaction) {
         this.#db.exec(`ROLLBACK TO ${name}`);
         this.#db.exec(`RELEASE ${name}`);
-        this.audit.tree.afterSavepointRollback(); // it may have undone appends
+        this.audit.afterSavepointRollback(); // it may have undone appends
       }
       throw e;
     }
