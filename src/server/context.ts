@@ -6,7 +6,20 @@ import type { Engine } from '../engine/api.js';
 import { LIMITS, parseInput } from '../protocol/index.js';
 import type { Logger } from './log.js';
 
-export type Env = { Variables: { principal: Principal; requestId: string; /** Set for requests through a console session (console-auth.ts). */ consoleHandle?: string; /** Set when an Idempotency-Key answered from what a first attempt did (server/idempotency.ts). */ idempotency?: 'replayed' | 'recovered' } };
+export type Env = {
+  Variables: {
+    principal: Principal;
+    requestId: string;
+    /** Set for requests through a console session (console-auth.ts). */
+    consoleHandle?: string;
+    /** Set when an Idempotency-Key answered from what a first attempt did (server/idempotency.ts). */
+    idempotency?: 'replayed' | 'recovered';
+    /** The body, when a middleware had to read it first (server/idempotency.ts): readJson reads this. */
+    bodyText?: string;
+    /** A JSON answer's text as sent (jsonAnswer), so a middleware can keep it without copying the response. */
+    answerText?: string;
+  };
+};
 export type Ctx = Context<Env, any>;
 
 export interface RouteDeps {
@@ -42,7 +55,7 @@ export function readQuery<S extends z.ZodType>(c: Ctx, schema: S): z.output<S> {
  * verbs whose fields are all optional may be called without one.
  */
 export async function readJson<S extends z.ZodType>(c: Ctx, schema: S): Promise<z.output<S>> {
-  const text = await readBodyText(c.req.raw, LIMITS.jsonBodyBytes);
+  const text = c.get('bodyText') ?? (await readBodyText(c.req.raw, LIMITS.jsonBodyBytes));
   let value: unknown = {};
   if (text.trim() !== '') {
     try {
@@ -55,8 +68,17 @@ export async function readJson<S extends z.ZodType>(c: Ctx, schema: S): Promise<
 }
 
 /** The body as UTF-8 text (at most `limit` bytes, default LIMITS.jsonBodyBytes), for non-JSON bodies such as a Cedar policy. */
-export function readText(c: Ctx, limit: number = LIMITS.jsonBodyBytes): Promise<string> {
-  return readBodyText(c.req.raw, limit);
+export async function readText(c: Ctx, limit: number = LIMITS.jsonBodyBytes): Promise<string> {
+  const read = c.get('bodyText');
+  if (read !== undefined && Buffer.byteLength(read) > limit) throw tooLarge(limit);
+  return read ?? readBodyText(c.req.raw, limit);
+}
+
+/** c.json(value, status), keeping the text sent on the context (answerText) for server/idempotency.ts. */
+export function jsonAnswer(c: Ctx, value: unknown, status: 200 | 201 = 200): Response {
+  const text = JSON.stringify(value);
+  c.set('answerText', text);
+  return c.body(text, status, { 'content-type': 'application/json' });
 }
 
 async function readBodyText(req: Request, limit: number): Promise<string> {

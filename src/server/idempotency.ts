@@ -32,8 +32,8 @@ export function idempotencyKeys(engine: Engine, now: () => number): MiddlewareHa
     const render = IDEMPOTENT_ROUTES.get(scope);
     if (!render) return next();
     const body = await readText(c);
-    // The body stream is read; the route reads it again from this copy.
-    c.req.raw = new Request(c.req.raw, { body: body === '' ? null : body });
+    c.set('bodyText', body); // the stream is read: the route's readJson takes this
+
     const start = await engine.idempotency.begin({ principal: c.get('principal'), key, scope, method: c.req.method, path: c.req.path, body });
     if (start.kind === 'replay') {
       c.set('idempotency', 'replayed');
@@ -53,6 +53,8 @@ export function idempotencyKeys(engine: Engine, now: () => number): MiddlewareHa
     const err = c.error;
     const status = c.res.status;
     // The answer goes out now; it is kept from a copy once read (a retry meanwhile waits for it).
-    engine.idempotency.finishAfter(start.ticket, c.res.clone().text().then((body) => ({ status, body, ...(isAppError(err) ? { code: err.code } : {}) })));
+    const sent = c.get('answerText');
+    const text = sent !== undefined && status < 300 ? Promise.resolve(sent) : c.res.clone().text();
+    engine.idempotency.finishAfter(start.ticket, text.then((body) => ({ status, body, ...(isAppError(err) ? { code: err.code } : {}) })));
   };
 }

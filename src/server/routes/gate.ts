@@ -4,7 +4,7 @@
  */
 import { Hono } from 'hono';
 import { CallBodySchema, CallsBodySchema, toApprovalView, type ApprovalView, type CallResultView, type ToolListView } from '../../protocol/index.js';
-import { callOpts, idParam, principal, readJson, type Env, type RouteDeps } from '../context.js';
+import { callOpts, idParam, jsonAnswer, principal, readJson, type Env, type RouteDeps } from '../context.js';
 
 export function gateRoutes({ engine }: RouteDeps): Hono<Env> {
   const r = new Hono<Env>();
@@ -24,8 +24,8 @@ export function gateRoutes({ engine }: RouteDeps): Hono<Env> {
   r.post('/sessions/:id/calls', async (c) => {
     const id = idParam(c, 'session');
     const body = await readJson(c, CallsBodySchema);
-    const res = await engine.gate.callTool(principal(c), id, { tool: body.tool, args: body.args, ...(body.step !== undefined ? { step: body.step } : {}) }, callOpts(c));
-    return c.json<CallResultView>(res);
+    const res: CallResultView = await engine.gate.callTool(principal(c), id, { tool: body.tool, args: body.args, ...(body.step !== undefined ? { step: body.step } : {}) }, callOpts(c));
+    return jsonAnswer(c, res);
   });
 
   r.get('/sessions/:id/approvals/:approvalId', async (c) => {
