@@ -208,6 +208,29 @@ describe('Idempotency-Key', () => {
   });
 });
 
+describe('the answer is kept after it is sent', () => {
+  it('a retry that arrives before the answer is kept waits for it and gets the replay, not a 409', async () => {
+    const idem = t.engine.idempotency;
+    const principal = { kind: 'operator' as const, id: 'ten_x', tenantId: 'ten_x' };
+    const req = { principal, key: 'k-held', scope: 'POST /v1/sessions/:session/calls', method: 'POST', path: '/v1/sessions/ses_x/calls', body: '{"tool":"fs.read"}' };
+    const first = await idem.begin(req);
+    expect(first.kind).toBe('run');
+    // The server has sent its answer; the text it keeps is not read yet.
+    let answer!: (a: { status: number; body: string }) => void;
+    idem.finishAfter((first as { ticket: Parameters<typeof idem.finishAfter>[0] }).ticket, new Promise((r) => (answer = r)));
+    let settled = false;
+    const retry = idem.begin(req).finally(() => (settled = true));
+    try {
+      await new Promise((r) => setTimeout(r, 50));
+      expect(settled).toBe(false); // neither a 409 nor a second run: it waits
+    } finally {
+      answer({ status: 200, body: '{"decision":"allow"}' }); // also lets the engine's close drain on a failure
+    }
+    expect(await retry).toEqual({ kind: 'replay', status: 200, body: '{"decision":"allow"}' });
+    await idem.drain();
+  });
+});
+
 describe('after the first attempt\'s server died (a `started` key of another process)', () => {
   async function started(tenantId: string, scope: string, key: string, body: unknown, path: string, created: string[]): Promise<void> {
     // What a killed server leaves: the row it wrote before running, with the ids it noted.

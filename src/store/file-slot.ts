@@ -2,8 +2,8 @@
  * A small file the store rewrites after commits (the audit head anchor, the signed-head ledger), written off
  * the request path: set() returns at once; the write (tmp + rename, no fsync) starts FILE_SLOT_DELAY_MS
  * later on the thread pool, one at a time, each with the newest text set, so a stream of commits costs a
- * write every few commits rather than one each, and the file only ever moves forward. The file may lag what is committed by the writes in
- * flight; both readers accept a file that lags (verify: 'behind'; the start check: the database extends the
+ * write every few commits rather than one each, and the file only ever moves forward. The file may lag
+ * what is committed by the writes in flight; both readers accept a file that lags (verify: 'behind'; the start check: the database extends the
  * ledger), never one that leads, and set() is only called with what is already durable.
  *
  * A write that fails is logged and kept as `failure` until a later one succeeds; the newest text is tried
@@ -35,10 +35,6 @@ export class FileSlot {
 
   constructor(private readonly o: FileSlotOptions) {
     this.#tmp = `${o.path}.${process.pid}.tmp`;
-  }
-
-  get path(): string {
-    return this.o.path;
   }
 
   /** The last write's error, while no later write has succeeded. */

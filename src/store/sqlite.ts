@@ -321,10 +321,8 @@ export class SqliteStore implements Store {
   readonly #scope = new TxScope();
   /** Makes deferred commits durable; undefined for an in-memory database. */
   readonly #flusher: WalFlusher | undefined;
-  /** Commits made by transaction(), and the number of the last deferred and of the last full one. */
-  #commits = 0;
-  #lastDeferred = 0;
-  #lastFull = 0;
+  /** A deferred commit came after the last full one (so the flusher has something a full commit did not cover). */
+  #deferredSinceFull = false;
 
   constructor(parts: SqliteStoreParts) {
     const db = parts.db;
@@ -351,7 +349,7 @@ export class SqliteStore implements Store {
         walPath: `${parts.path}-wal`,
         capture: () => this.audit.durableMark(),
         durable: (m) => this.audit.markDurable(m),
-        covered: () => this.#lastFull > this.#lastDeferred,
+        covered: () => !this.#deferredSinceFull,
         log,
       });
     }
@@ -393,9 +391,7 @@ export class SqliteStore implements Store {
         if (deferred) this.#db.exec('PRAGMA synchronous = FULL');
       }
       this.audit.afterCommit(!deferred);
-      this.#commits++;
-      if (deferred) this.#lastDeferred = this.#commits;
-      else this.#lastFull = this.#commits;
+      this.#deferredSinceFull = deferred;
       if (deferred) this.#flusher?.schedule();
       return result;
     } finally {
