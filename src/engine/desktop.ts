@@ -24,7 +24,8 @@ const GREETS_FN = `greets() { (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} &&
 /**
  * bash, not sh: `wait -n PIDS` ends the script (and so the process record) when the first of the three exits.
  * Xvfb listens on the unix socket only; -ac: no X access control, since nothing but the machine's own
- * processes can reach the socket. x11vnc: loopback only, no password (only Berth's port channel reaches it),
+ * processes can reach the socket; -r: no key autorepeat, since a key whose release arrives late on a loaded
+ * host repeated ("Grace    Hopper" for an approved "Grace Hopper"), and typed text must be the call's text. x11vnc: loopback only, no password (only Berth's port channel reaches it),
  * shared (the console's watchers and its controller at once), no bell, no XDAMAGE (unreliable on Xvfb),
  * -threads: under gVisor its single-threaded loop never accepts a client (it spins, and a connection waits
  * forever for the server's greeting); with a thread per client it greets in well under a second.
@@ -33,7 +34,7 @@ const DESKTOP_SCRIPT = `
 set -u
 W="$1"; H="$2"
 mkdir -p /tmp/.X11-unix && chmod 1777 /tmp/.X11-unix
-Xvfb ${DESKTOP_DISPLAY} -screen 0 "\${W}x\${H}x24" -nolisten tcp -ac -dpi 96 &
+Xvfb ${DESKTOP_DISPLAY} -screen 0 "\${W}x\${H}x24" -nolisten tcp -ac -dpi 96 -r &
 x=$!
 # Deadlines, not try counts: under QEMU's TCG on a loaded host Xvfb took 83 s once to listen.
 end=$((SECONDS + ${READY_DEADLINE_S}))

@@ -85,7 +85,10 @@ const modifiers = (text: unknown): string[] => (typeof text === 'string' ? text.
 
 function plan(action: ComputerAction, a: Record<string, unknown>, toScreen: (p: unknown) => string[]): Run {
   const shot = a.screenshot !== false;
-  const at = a.coordinate === undefined ? [] : ['mousemove', '--sync', ...toScreen(a.coordinate)];
+  // No --sync: this xdotool waits for the pointer to leave where it was, so a click where the pointer already
+  // is (the second click into the same field) hung about 16 s. Not needed for order either: the motion and the
+  // click travel on one X connection, and the server applies its requests in order.
+  const at = a.coordinate === undefined ? [] : ['mousemove', ...toScreen(a.coordinate)];
   const held = (mods: string[], inner: string[]) => (mods.length ? ['keydown', mods.join('+'), ...inner, 'keyup', mods.join('+')] : inner);
   if ((CLICK_ACTIONS as readonly string[]).includes(action)) {
     const repeat = REPEAT[action] ? ['--repeat', REPEAT[action]!, '--delay', '80'] : [];
@@ -97,7 +100,7 @@ function plan(action: ComputerAction, a: Record<string, unknown>, toScreen: (p: 
     case 'mouse_move':
       return { xdo: at, shot };
     case 'left_click_drag':
-      return { xdo: ['mousemove', '--sync', ...toScreen(a.start_coordinate), 'mousedown', '1', 'mousemove', '--sync', ...toScreen(a.coordinate), 'mouseup', '1'], shot };
+      return { xdo: ['mousemove', ...toScreen(a.start_coordinate), 'mousedown', '1', 'mousemove', ...toScreen(a.coordinate), 'mouseup', '1'], shot };
     case 'left_mouse_down':
       return { xdo: [...at, 'mousedown', '1'], shot };
     case 'left_mouse_up':
