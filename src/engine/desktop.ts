@@ -25,8 +25,9 @@ const GREETS_FN = `greets() { (exec 3<>/dev/tcp/127.0.0.1/${DESKTOP_VNC_PORT} &&
  * bash, not sh: `wait -n PIDS` ends the script (and so the process record) when the first of the three exits.
  * Xvfb listens on the unix socket only; -ac: no X access control, since nothing but the machine's own
  * processes can reach the socket; -r: no key autorepeat, since a key whose release arrives late on a loaded
- * host repeated ("Grace    Hopper" for an approved "Grace Hopper"), and typed text must be the call's text. x11vnc: loopback only, no password (only Berth's port channel reaches it),
- * shared (the console's watchers and its controller at once), no bell, no XDAMAGE (unreliable on Xvfb),
+ * host repeated ("Grace    Hopper" for an approved "Grace Hopper"), and typed text must be the call's text.
+ * x11vnc: loopback only, no password (only Berth's port channel reaches it), shared (the console's watchers
+ * and its controller at once), no bell, no XDAMAGE (unreliable on Xvfb),
  * -threads: under gVisor its single-threaded loop never accepts a client (it spins, and a connection waits
  * forever for the server's greeting); with a thread per client it greets in well under a second.
  */
