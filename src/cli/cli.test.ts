@@ -74,12 +74,16 @@ async function newSession(...extra: string[]): Promise<string> {
 
 describe('berth session', () => {
   it('create --json → the created view', async () => {
-    const r = await berth(['session', 'create', '--objective', 'demo', '--memory', '256', '--cpus', '0.5', '--idle-timeout', '60', '--env', 'A=1', '--env', 'B=x=y', '--json']);
+    const r = await berth(['session', 'create', '--objective', 'demo', '--memory', '256', '--disk', '64', '--cpus', '0.5', '--idle-timeout', '60', '--env', 'A=1', '--env', 'B=x=y', '--json']);
     expect(r.code, r.stderr).toBe(0);
     const v = json(r);
     expect(v).toMatchObject({ id: expect.stringMatching(/^ses_/), state: 'running', backend: 'gvisor', objective: 'demo' });
-    expect(v.settings).toEqual({ memoryMb: 256, cpus: 0.5, idleTimeoutS: 60, env: ['A', 'B'], desktop: null });
+    expect(v.settings).toEqual({ memoryMb: 256, diskMb: 64, cpus: 0.5, idleTimeoutS: 60, env: ['A', 'B'], desktop: null });
     expect(v.agentToken).toMatch(/^bta_/);
+    // A room past the memory it lives in: refused, naming the flag's field and the limit.
+    const over = await berth(['session', 'create', '--memory', '256', '--disk', '300']);
+    expect(over.code).not.toBe(0);
+    expect(over.stderr).toMatch(/invalid_argument: diskMb: at most memoryMb \(256 MiB\)/);
   });
   it('list and show --json', async () => {
     const id = await newSession('--backend', 'gvisor');

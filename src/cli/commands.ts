@@ -88,6 +88,7 @@ export const SPEC = {
         flags: {
           objective: { kind: 'string', arg: 'TEXT', help: 'what the session is for' },
           memory: { kind: 'int', arg: 'MB', ...range(LIMITS.memoryMb), help: 'memory, MiB (default 512)' },
+          disk: { kind: 'int', arg: 'MB', ...range(LIMITS.diskMb), help: "room for the session's writes, MiB (gvisor: default half of --memory, at most --memory; a writer past it gets ENOSPC)" },
           cpus: { kind: 'number', arg: 'N', ...range(LIMITS.cpus), help: 'CPUs (default 1)' },
           'idle-timeout': { kind: 'int', arg: 'S', ...range(LIMITS.idleTimeoutS), help: 'hibernate after S idle seconds (0: never, the default)' },
           env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },
@@ -401,6 +402,7 @@ export const SPEC = {
           file: { kind: 'string', arg: 'FILE', completes: 'file', required: true, help: 'the recipe, JSON {from?, run, files?, env?, egressAllow?} ("-": stdin)' },
           backend: { kind: 'choice', choices: BACKENDS, help: 'sandbox backend (default gvisor; not with recipe.from)' },
           memory: { kind: 'int', arg: 'MB', ...range(LIMITS.memoryMb), help: 'memory, MiB (default 512; not with recipe.from)' },
+          disk: { kind: 'int', arg: 'MB', ...range(LIMITS.diskMb), help: "room for the machine's writes, MiB (gvisor: default half of --memory; not with recipe.from)" },
           cpus: { kind: 'number', arg: 'N', ...range(LIMITS.cpus), help: 'CPUs (default 1; not with recipe.from)' },
           tenant,
           json: { kind: 'bool', help: 'progress as JSON lines (as the server sends them)' },

@@ -22,6 +22,7 @@ async function create(ctx: VerbContext): Promise<number> {
   const s = await ctx.client().sessions.create({
     objective: v.objective,
     memoryMb: v.memory,
+    diskMb: v.disk,
     cpus: v.cpus,
     idleTimeoutS: v['idle-timeout'],
     env: v.env,
@@ -35,7 +36,8 @@ async function create(ctx: VerbContext): Promise<number> {
   });
   if (v.json) printJson(ctx.io, s.toJSON());
   else {
-    println(ctx.io, `${s.id} ${s.info.state} (${s.info.backend}, ${s.info.settings.memoryMb} MiB, ${s.info.settings.cpus} cpu)`);
+    const disk = s.info.settings.diskMb === null ? '' : `, ${s.info.settings.diskMb} MiB for files`;
+    println(ctx.io, `${s.id} ${s.info.state} (${s.info.backend}, ${s.info.settings.memoryMb} MiB${disk}, ${s.info.settings.cpus} cpu)`);
     println(ctx.io, `agent token (shown once): ${s.agentToken}`);
   }
   return 0;
@@ -74,7 +76,7 @@ async function show(ctx: VerbContext): Promise<number> {
     ['tenant', i.tenantId],
     ['objective', i.objective ?? '-'],
     ['metadata', metaText(i.metadata) || '-'],
-    ['resources', `${i.settings.memoryMb} MiB, ${i.settings.cpus} cpu, idle timeout ${i.settings.idleTimeoutS ? `${i.settings.idleTimeoutS} s` : 'off'}`],
+    ['resources', `${i.settings.memoryMb} MiB${i.settings.diskMb === null ? '' : ` (${i.settings.diskMb} MiB for files)`}, ${i.settings.cpus} cpu, idle timeout ${i.settings.idleTimeoutS ? `${i.settings.idleTimeoutS} s` : 'off'}`],
     ['created', i.createdAt],
     ['last activity', i.lastActivityAt],
     ['metering', `${m.execCount} execs, ${m.cpuSeconds} cpu s, peak ${m.peakMemoryBytes} B, in ${m.bytesIn} B, out ${m.bytesOut} B`],

@@ -64,6 +64,7 @@ async function build(ctx: VerbContext): Promise<number> {
     const t = await ctx.client().templates.build(positionals[0]!, recipe, {
       backend: v.backend as BackendName | undefined,
       memoryMb: v.memory,
+      diskMb: v.disk,
       cpus: v.cpus,
       tenantId: v.tenant,
       onEvent: (l) => {

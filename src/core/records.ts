@@ -12,6 +12,11 @@ export interface SessionSettings {
   cpus: number;
   /** Seconds without a call before the session hibernates by itself; 0 = never. Default 0. */
   idleTimeoutS: number;
+  /**
+   * Room for the session's writes, MiB, where they live in its memory (gVisor): default half of memoryMb, at
+   * most memoryMb. Absent on backends whose writes go to a disk (QEMU) and in records from before the limit.
+   */
+  diskMb?: number;
   env: Record<string, string>;
   /** A desktop (issue 11): its screen. Absent: no desktop. */
   desktop?: DesktopSettings;

@@ -24,6 +24,11 @@ export interface SandboxLimits {
   memoryMb: number;
   /** CPU limit, in cores (may be fractional for gVisor; rounded up to whole vCPUs for QEMU). */
   cpus: number;
+  /**
+   * Room for the session's writes, MiB, on a backend whose writes live in memory (capabilities.writesInMemory):
+   * a writer gets ENOSPC past it. Absent: no limit of its own (the memory limit still holds).
+   */
+  diskMb?: number;
 }
 
 /** Who the machine is. Fresh per session and per fork branch. */
@@ -199,6 +204,11 @@ export interface DriverCapabilities {
    * floor, LIMITS.memoryMb.min, applies too).
    */
   minMemoryMb: number;
+  /**
+   * The session's files live in the sandbox's memory (gVisor), so they are bounded by `limits.diskMb` inside
+   * `limits.memoryMb`; false: they go to a virtual disk whose size the image sets (QEMU).
+   */
+  writesInMemory: boolean;
 }
 
 /** What a listener knows about a connection it accepted inside the sandbox. */

@@ -38,6 +38,8 @@ export interface TenantInfo {
 export interface CreateSessionInput {
   objective?: string;
   memoryMb?: number;
+  /** Room for the session's writes, MiB, on a backend whose writes live in memory (gVisor); see SessionSettings.diskMb. */
+  diskMb?: number;
   cpus?: number;
   idleTimeoutS?: number;
   env?: Record<string, string>;

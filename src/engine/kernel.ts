@@ -211,7 +211,7 @@ export class SessionKernel {
     const desktop: Record<string, string> = r.settings.desktop ? { DISPLAY: DESKTOP_DISPLAY } : {};
     return {
       sandboxId,
-      limits: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus },
+      limits: { memoryMb: r.settings.memoryMb, cpus: r.settings.cpus, ...(r.settings.diskMb ? { diskMb: r.settings.diskMb } : {}) },
       env: { ...egressEnv(), ...desktop, ...r.settings.env },
       identity,
       network: 'none',

@@ -17,12 +17,18 @@ export interface SessionDefaults {
    * LIMITS.memoryMb.min, the floor of every backend.
    */
   minMemoryMb?: Readonly<Partial<Record<BackendName, number>>>;
+  /**
+   * Backends whose session files live in the sandbox's memory (each driver's capabilities.writesInMemory, filled
+   * in by composeEngine): their sessions get `diskMb`. A backend left out writes to a disk and takes no diskMb.
+   */
+  writesInMemory?: Readonly<Partial<Record<BackendName, boolean>>>;
 }
 
 export const DEFAULT_SESSION: Readonly<SessionDefaults> = Object.freeze({ memoryMb: 512, cpus: 1, idleTimeoutS: 0, backend: 'gvisor' });
 
 export const LIMITS = Object.freeze({
   memoryMb: { min: 64, max: 16384 },
+  diskMb: { min: 16, max: 16384 },
   cpus: { min: 0.1, max: Math.max(1, availableParallelism()) },
   idleTimeoutS: { min: 0, max: 604_800 },
   forkCount: { min: 1, max: 64 },
@@ -48,16 +54,36 @@ export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): 
   const backend = input.backend ?? d.backend;
   if (!isBackendName(backend)) throw new InvalidArgumentError(`backend: must be ${BACKENDS.map((b) => JSON.stringify(b)).join(' or ')}`, { details: { field: 'backend' } });
   const memMin = Math.max(LIMITS.memoryMb.min, d.minMemoryMb?.[backend] ?? 0);
+  const memoryMb = num('memoryMb', input.memoryMb ?? d.memoryMb, memMin, LIMITS.memoryMb.max, true);
   return {
     backend,
     settings: {
-      memoryMb: num('memoryMb', input.memoryMb ?? d.memoryMb, memMin, LIMITS.memoryMb.max, true),
+      memoryMb,
+      ...diskSettings(input.diskMb, memoryMb, backend, d.writesInMemory?.[backend] ?? false),
       cpus: num('cpus', input.cpus ?? d.cpus, LIMITS.cpus.min, LIMITS.cpus.max, false),
       idleTimeoutS: num('idleTimeoutS', input.idleTimeoutS ?? d.idleTimeoutS, LIMITS.idleTimeoutS.min, LIMITS.idleTimeoutS.max, true),
       env: { ...env },
       ...desktopSettings(input.desktop),
     },
   };
+}
+
+/**
+ * Room for the session's writes where they live in its memory: default half of memoryMb, at most memoryMb (files
+ * and processes share the memory limit; the rest is the processes'). A backend that writes to a disk takes none.
+ */
+function diskSettings(v: unknown, memoryMb: number, backend: BackendName, inMemory: boolean): { diskMb?: number } {
+  if (!inMemory) {
+    if (v === undefined) return {};
+    throw new InvalidArgumentError(`diskMb: the ${backend} backend writes to the machine's own disk, whose size the image sets; diskMb applies where a session's files live in its memory (gvisor)`, {
+      details: { field: 'diskMb' },
+    });
+  }
+  const max = Math.max(LIMITS.diskMb.min, memoryMb);
+  if (v !== undefined && typeof v === 'number' && Number.isInteger(v) && v > max) {
+    throw new InvalidArgumentError(`diskMb: at most memoryMb (${memoryMb} MiB), since the session's files live in its memory; got ${v}`, { details: { field: 'diskMb', min: LIMITS.diskMb.min, max } });
+  }
+  return { diskMb: num('diskMb', v ?? Math.max(LIMITS.diskMb.min, Math.floor(memoryMb / 2)), LIMITS.diskMb.min, max, true) };
 }
 
 /** `desktop: true` is the default screen; an object gives its size. Out of range: invalid_argument. */

@@ -42,6 +42,7 @@ export interface BuildTemplateInput {
   /** Only without recipe.from (a derived template takes its parent's). */
   backend?: BackendName;
   memoryMb?: number;
+  diskMb?: number;
   cpus?: number;
   /** Root only: the tenant that will own the template. */
   tenantId?: string;
@@ -186,7 +187,7 @@ export function templateService(s: TemplateSteps): TemplateService {
     }
     let parent: SnapshotRecord | null = null;
     if (r.from !== undefined) {
-      for (const f of ['backend', 'memoryMb', 'cpus'] as const) {
+      for (const f of ['backend', 'memoryMb', 'diskMb', 'cpus'] as const) {
         if (input[f] !== undefined) throw new InvalidArgumentError(`${f}: comes from the template named in recipe.from; leave it out`, { details: { field: f } });
       }
       parent = (await find(tenantId, r.from)) ?? null;
@@ -216,6 +217,7 @@ export function templateService(s: TemplateSteps): TemplateService {
               tenantId, objective: `template build: ${input.name}`, metadata: meta, env,
               ...(input.backend !== undefined ? { backend: input.backend } : {}),
               ...(input.memoryMb !== undefined ? { memoryMb: input.memoryMb } : {}),
+              ...(input.diskMb !== undefined ? { diskMb: input.diskMb } : {}),
               ...(input.cpus !== undefined ? { cpus: input.cpus } : {}),
             }, opts);
         const sid = created.session.id;
@@ -335,7 +337,7 @@ export function templateService(s: TemplateSteps): TemplateService {
 
     async createSession(p, input, opts = {}) {
       requireOperator(p);
-      for (const f of ['backend', 'memoryMb', 'cpus', 'env'] as const) {
+      for (const f of ['backend', 'memoryMb', 'diskMb', 'cpus', 'env'] as const) {
         if (input[f] !== undefined) throw new InvalidArgumentError(`${f}: comes from the template; leave it out when template is set`, { details: { field: f } });
       }
       const tenantId = await s.tenantFor(p, input.tenantId);

@@ -30,6 +30,7 @@ export const SIGNALS: Readonly<Record<string, number>> = {
 
 export const LIMITS = {
   memoryMb: { min: 64, max: 16384 },
+  diskMb: { min: 16, max: 16384 },
   cpus: { min: 0.1, max: 64 },
   idleTimeoutS: { min: 0, max: 604_800 },
   timeoutMs: { min: 0, max: 86_400_000 },
@@ -85,6 +86,7 @@ const Name = z
 export const CreateSessionBodySchema = z.strictObject({
   objective: z.string().max(LIMITS.objectiveChars).optional(),
   memoryMb: int(LIMITS.memoryMb.min, LIMITS.memoryMb.max).optional(),
+  diskMb: int(LIMITS.diskMb.min, LIMITS.diskMb.max).optional(),
   cpus: z.number().min(LIMITS.cpus.min).max(LIMITS.cpus.max).optional(),
   idleTimeoutS: int(LIMITS.idleTimeoutS.min, LIMITS.idleTimeoutS.max).optional(),
   env: EnvRecord.optional(),

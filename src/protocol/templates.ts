@@ -38,9 +38,10 @@ export interface TemplateRecipeBody {
 export interface BuildTemplateBody {
   name: string;
   recipe: TemplateRecipeBody;
-  /** Without recipe.from only: the backend (default the server's), memory (MiB) and CPUs of the machine. */
+  /** Without recipe.from only: the backend (default the server's), memory and room for writes (MiB) and CPUs of the machine. */
   backend?: BackendName;
   memoryMb?: number;
+  diskMb?: number;
   cpus?: number;
   /** Root only: the tenant that owns the template (default "default"). */
   tenantId?: string;
@@ -64,6 +65,7 @@ export const BuildTemplateBodySchema = z.strictObject({
   recipe: TemplateRecipeSchema,
   backend: BackendSchema.optional(),
   memoryMb: z.number().int().min(LIMITS.memoryMb.min).max(LIMITS.memoryMb.max).optional(),
+  diskMb: z.number().int().min(LIMITS.diskMb.min).max(LIMITS.diskMb.max).optional(),
   cpus: z.number().min(LIMITS.cpus.min).max(LIMITS.cpus.max).optional(),
   tenantId: z.string().min(1).max(64).optional(),
 });

@@ -6,6 +6,8 @@ import type { AuditKeyInfo, BackendName, ConsistencyDocument, FileEntry, FileSta
 
 export interface SessionSettingsView {
   memoryMb: number;
+  /** Room for the session's writes, MiB, where they live in its memory (gvisor); null where they go to a disk (qemu). */
+  diskMb: number | null;
   cpus: number;
   idleTimeoutS: number;
   /** The names of the environment variables given at create. Their values are secrets: never shown back. */
@@ -91,6 +93,11 @@ export interface CreateSessionBody {
   objective?: string;
   /** MiB, 64..16384; default 512. */
   memoryMb?: number;
+  /**
+   * Room for the session's writes, MiB, 16..memoryMb; default half of memoryMb. gVisor only: its files live in
+   * its memory, and a writer past this gets ENOSPC instead of the sandbox being killed at the memory limit.
+   */
+  diskMb?: number;
   /** 0.1..(host cores); default 1. */
   cpus?: number;
   /** Seconds, 0 (never) .. 604800; default 0. */
@@ -100,7 +107,7 @@ export interface CreateSessionBody {
   metadata?: Record<string, string>;
   /** Root only: the tenant to create the session in (default: the caller's tenant, or "default"). */
   tenantId?: string;
-  /** Start from this template (its machine, processes running) instead of the base image; backend, memoryMb, cpus and env then come from it. */
+  /** Start from this template (its machine, processes running) instead of the base image; backend, memoryMb, diskMb, cpus and env then come from it. */
   template?: string;
   /** The session's egress allow-list (`host`, `*.domain`, `host:port`, IP, CIDR); default none: no egress. */
   egressAllow?: string[];

@@ -19,7 +19,7 @@ export function iso(ms: number): string {
 
 export function settingsView(s: SessionSettings): SessionSettingsView {
   const desktop = s.desktop ? { width: s.desktop.width, height: s.desktop.height } : null;
-  return { memoryMb: s.memoryMb, cpus: s.cpus, idleTimeoutS: s.idleTimeoutS, env: Object.keys(s.env).sort(), desktop };
+  return { memoryMb: s.memoryMb, diskMb: s.diskMb ?? null, cpus: s.cpus, idleTimeoutS: s.idleTimeoutS, env: Object.keys(s.env).sort(), desktop };
 }
 
 /** Millisecond precision, in seconds. */

@@ -130,12 +130,15 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   });
 }
 
-/** Each wired backend's memory floor, its driver's capability: session options are checked without a driver at hand. */
-function memoryFloors(drivers: Partial<Record<BackendName, SandboxDriver>>): Partial<Record<BackendName, number>> {
-  const out: Partial<Record<BackendName, number>> = {};
+/**
+ * One capability of each wired backend's driver (its memory floor, where its writes live): session options are
+ * checked without a driver at hand.
+ */
+function byBackend<T>(drivers: Partial<Record<BackendName, SandboxDriver>>, pick: (c: SandboxDriver['capabilities']) => T): Partial<Record<BackendName, T>> {
+  const out: Partial<Record<BackendName, T>> = {};
   for (const b of BACKENDS) {
     const d = drivers[b];
-    if (d) out[b] = d.capabilities.minMemoryMb;
+    if (d) out[b] = pick(d.capabilities);
   }
   return out;
 }
@@ -194,7 +197,7 @@ export async function composeEngine(parts: EngineParts): Promise<Berth> {
     unavailable: parts.unavailable,
     rootKeyHash: sha256Hex(parts.rootKey),
     clock,
-    defaults: { ...parts.defaults, minMemoryMb: memoryFloors(drivers) },
+    defaults: { ...parts.defaults, minMemoryMb: byBackend(drivers, (c) => c.minMemoryMb), writesInMemory: byBackend(drivers, (c) => c.writesInMemory) },
     quotaDefaults: machineQuotas(parts.dataDir),
     log,
     terminalRecordDir: join(parts.dataDir, 'terminals'),

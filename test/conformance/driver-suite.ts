@@ -157,6 +157,24 @@ export function driverConformance(name: string, make: () => Promise<ConformanceT
       await expect(d.stat(s.sandboxId, '/work/a')).rejects.toMatchObject({ code: 'not_found' });
     }, T);
 
+    it('keeps the files within limits.diskMb where they live in memory: ENOSPC past it, the machine runs on', async () => {
+      if (!d.capabilities.writesInMemory) return; // the files go to a disk whose size the image sets (QEMU)
+      const s = await fx.start('room', { limits: { memoryMb: 256, cpus: 1, diskMb: 24 } });
+      const big = randomBytes(32 * 1024 * 1024);
+      await expect(d.writeFile(s.sandboxId, '/root/big', chunks(big))).rejects.toMatchObject({ code: 'no_space' });
+      // Nothing half-written is left to hold the room (the write goes to a temporary file, renamed when whole).
+      expect((await d.listFiles(s.sandboxId, '/root')).filter((e) => e.name.includes('big'))).toEqual([]);
+      const fits = randomBytes(8 * 1024 * 1024);
+      expect(await d.writeFile(s.sandboxId, '/root/fits', chunks(fits))).toBe(fits.length);
+      expect(sha(await collect(await d.readFile(s.sandboxId, '/root/fits')))).toBe(sha(fits));
+      if (d.capabilities.userland === 'full') {
+        const dd = await run(d, s.sandboxId, ['sh', '-c', 'dd if=/dev/zero of=/tmp/more bs=1M count=40 2>&1; echo rc=$?']);
+        expect(dd.stdout).toMatch(/No space left on device[\s\S]*rc=1/);
+        expect((await run(d, s.sandboxId, ['df', '-k', '/'])).stdout).toMatch(new RegExp(`\\s${24 * 1024}\\s`));
+      }
+      expect((await run(d, s.sandboxId, ['echo', 'still here'])).stdout).toBe('still here\n');
+    }, T);
+
     it('holds a command while paused: no output and no exit until resumed', async () => {
       const s = await start('hold');
       const h = await d.exec(s.sandboxId, { argv: ['sh', '-c', 'sleep 1; echo late'] });

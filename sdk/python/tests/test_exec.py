@@ -18,6 +18,7 @@ def test_create_takes_every_field_the_api_takes(client: berth.Berth) -> None:
         memory_mb=320,
         cpus=0.5,
         idle_timeout_s=3600,
+        disk_mb=96,
         env={"GREETING": "hi"},
         backend="gvisor",
         metadata={"run": "pytest", "step": "37"},
@@ -27,7 +28,7 @@ def test_create_takes_every_field_the_api_takes(client: berth.Berth) -> None:
         assert s.agent_token is not None and s.agent_token.startswith("bta_")
         info = s.info
         assert (info.state, info.backend, info.objective) == ("running", "gvisor", "every field")
-        assert (info.settings.memory_mb, info.settings.cpus, info.settings.idle_timeout_s) == (320, 0.5, 3600)
+        assert (info.settings.memory_mb, info.settings.disk_mb, info.settings.cpus, info.settings.idle_timeout_s) == (320, 96, 0.5, 3600)
         assert info.settings.env == ["GREETING"]
         assert info.metadata == {"run": "pytest", "step": "37"}
         assert isinstance(info.created_at, datetime) and info.created_at.tzinfo is not None

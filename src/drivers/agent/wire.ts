@@ -7,6 +7,7 @@ import {
   AppError,
   InvalidArgumentError,
   InvalidStateError,
+  NoSpaceError,
   NotFoundError,
   SandboxError,
   abortError,
@@ -119,6 +120,9 @@ export function agentError(errno: number, message: string, path?: string): AppEr
       return new AppError('forbidden', message, { details });
     case 'ENOTEMPTY':
       return new InvalidStateError(message, { details });
+    case 'ENOSPC':
+    case 'EDQUOT':
+      return new NoSpaceError(message, { details });
     default:
       return new SandboxError(message, { details });
   }

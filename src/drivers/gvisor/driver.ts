@@ -139,6 +139,7 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
       processRingBytes: RING_BYTES,
       maxProcesses: MAX_PROCESSES,
       minMemoryMb: 64,
+      writesInMemory: true,
       images: opts.desktopImage ? (['base', 'desktop'] as const) : (['base'] as const),
     });
   }

@@ -34,7 +34,8 @@ export function ociSpec(spec: SandboxSpec, paths: SandboxPaths): object {
     process: {
       terminal: false,
       user: { uid: 0, gid: 0 },
-      args: [`${AGENT_DIR_IN_SANDBOX}/berth-agent`],
+      // With a disk limit the agent, as PID 1, first moves the root onto an overlay of that size (agent/c/disk.c).
+      args: [`${AGENT_DIR_IN_SANDBOX}/berth-agent`, ...(spec.limits.diskMb ? ['--disk-mb', String(spec.limits.diskMb)] : [])],
       env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       cwd: '/root',
       capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS, inheritable: CAPS },
@@ -53,7 +54,8 @@ export function ociSpec(spec: SandboxSpec, paths: SandboxPaths): object {
       { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
       { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
       { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
-      { destination: '/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777'] },
+      // Without a disk limit /tmp is a tmpfs of its own; with one it is a directory of the limited overlay.
+      ...(spec.limits.diskMb ? [] : [{ destination: '/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777'] }]),
       { destination: AGENT_DIR_IN_SANDBOX, type: 'bind', source: paths.agentDir, options: ['rbind', 'ro'] },
     ],
     linux: {

@@ -154,6 +154,7 @@ export class MemoryDriver implements SandboxDriver {
       processRingBytes: RING_BYTES,
       maxProcesses: MAX_PROCESSES,
       minMemoryMb: 64,
+      writesInMemory: true,
       images: ['base'] as const,
       ...o.capabilities,
     });
@@ -245,7 +246,7 @@ export class MemoryDriver implements SandboxDriver {
 
   async create(spec: SandboxSpec, opts?: CallOptions): Promise<void> {
     this.fault('create', opts);
-    this.start(spec, MemoryFs.fresh(this.now));
+    this.start(spec, MemoryFs.fresh(this.now, spec.limits.diskMb === undefined ? undefined : spec.limits.diskMb * 1024 * 1024));
   }
 
   async adopt(spec: SandboxSpec, opts?: CallOptions): Promise<boolean> {

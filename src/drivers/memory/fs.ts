@@ -1,9 +1,10 @@
 /**
  * The memory driver's file system: one tree of nodes per sandbox, with directories, regular files,
  * symbolic links and the `/dev/null` device. Failures carry the same codes as the agent-backed drivers
- * (ENOENT → not_found, EEXIST → conflict, ENOTDIR/EISDIR/ELOOP → invalid_argument, ENOTEMPTY → invalid_state).
+ * (ENOENT → not_found, EEXIST → conflict, ENOTDIR/EISDIR/ELOOP → invalid_argument, ENOTEMPTY → invalid_state,
+ * ENOSPC → no_space).
  */
-import { AppError, InvalidArgumentError, InvalidStateError, NotFoundError, type FileEntry, type FileStat, type FileType, type WatchEvent } from '../../core/index.js';
+import { AppError, InvalidArgumentError, InvalidStateError, NoSpaceError, NotFoundError, type FileEntry, type FileStat, type FileType, type WatchEvent } from '../../core/index.js';
 
 export type MemNode =
   | { type: 'dir'; mode: number; mtimeMs: number; children: Map<string, MemNode> }
@@ -12,7 +13,7 @@ export type MemNode =
   /** A character device that discards writes and reads empty (`/dev/null`). */
   | { type: 'null'; mode: number; mtimeMs: number };
 
-type Errno = 'ENOENT' | 'EEXIST' | 'ENOTDIR' | 'EISDIR' | 'ELOOP' | 'ENOTEMPTY' | 'EINVAL';
+type Errno = 'ENOENT' | 'EEXIST' | 'ENOTDIR' | 'EISDIR' | 'ELOOP' | 'ENOTEMPTY' | 'EINVAL' | 'ENOSPC';
 
 export function fsError(errno: Errno, path: string, message = `${path}: ${errno}`): AppError {
   const details = { errno, path };
@@ -23,6 +24,8 @@ export function fsError(errno: Errno, path: string, message = `${path}: ${errno}
       return new AppError('conflict', message, { details });
     case 'ENOTEMPTY':
       return new InvalidStateError(message, { details });
+    case 'ENOSPC':
+      return new NoSpaceError(message, { details });
     default:
       return new InvalidArgumentError(message, { details });
   }
@@ -48,13 +51,15 @@ export class MemoryFs {
   constructor(
     readonly root: Extract<MemNode, { type: 'dir' }>,
     private readonly now: () => number,
+    /** Bytes the files may take (the spec's diskMb), as the agent's overlay in a gVisor sandbox; none: no limit. */
+    readonly roomBytes?: number,
   ) {}
 
   private emit(type: WatchEvent['type'], path: string, isDir: boolean): void {
     for (const w of this.watchers) w({ type, path, isDir });
   }
 
-  static fresh(now: () => number): MemoryFs {
+  static fresh(now: () => number, roomBytes?: number): MemoryFs {
     const t = now();
     const dir = (children: [string, MemNode][] = []): MemNode => ({ type: 'dir', mode: 0o755, mtimeMs: t, children: new Map(children) });
     const root = dir([
@@ -65,12 +70,21 @@ export class MemoryFs {
       ['tmp', dir()],
       ['work', dir()],
     ]) as Extract<MemNode, { type: 'dir' }>;
-    return new MemoryFs(root, now);
+    return new MemoryFs(root, now, roomBytes);
   }
 
-  /** A deep copy: what a checkpoint keeps and a restore starts from. */
+  /** A deep copy: what a checkpoint keeps and a restore starts from (the room with it). */
   clone(): MemoryFs {
-    return new MemoryFs(structuredClone(this.root), this.now);
+    return new MemoryFs(structuredClone(this.root), this.now, this.roomBytes);
+  }
+
+  /** Bytes the regular files take. */
+  usedBytes(node: MemNode = this.root): number {
+    if (node.type === 'file') return node.data.byteLength;
+    if (node.type !== 'dir') return 0;
+    let n = 0;
+    for (const c of node.children.values()) n += this.usedBytes(c);
+    return n;
   }
 
   /**
@@ -141,6 +155,9 @@ export class MemoryFs {
     if (f.node?.type === 'dir') throw fsError('EISDIR', path, `${path}: is a directory`);
     const old = f.node?.type === 'file' ? f.node.data : new Uint8Array(0);
     const body = opts.append ? concat([old, data]) : data;
+    if (this.roomBytes !== undefined && this.usedBytes() - old.byteLength + body.byteLength > this.roomBytes) {
+      throw fsError('ENOSPC', path, `${path}: No space left on device`);
+    }
     const mode = opts.mode ?? (f.node?.type === 'file' ? f.node.mode : 0o644);
     f.parent.children.set(f.name, { type: 'file', mode, mtimeMs: this.now(), data: body });
     f.parent.mtimeMs = this.now();

@@ -77,9 +77,8 @@ export interface QemuDriverOptions {
   /** Guest image recipe. Default DEFAULT_GUEST_RECIPE. */
   recipe?: GuestRecipe;
   /**
-   * Guest image recipe of the desktop variant (core/desktop.ts; DESKTOP_GUEST_RECIPE), built at the first
-   * desktop create (a few minutes, once) and cached like the base image. Default: none, and the driver
-   * cannot boot desktops (capabilities.images is ['base']).
+   * Guest image recipe of the desktop variant (core/desktop.ts; DESKTOP_GUEST_RECIPE), built at the first desktop
+   * create (a few minutes, once) and cached like the base image. Default: none (capabilities.images is ['base']).
    */
   desktopRecipe?: GuestRecipe;
   log?: (line: string) => void;
@@ -173,9 +172,10 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
       images: opts.desktopRecipe ? (['base', 'desktop'] as const) : (['base'] as const),
       processRingBytes: RING_BYTES,
       maxProcesses: MAX_PROCESSES,
-      // A guest kernel needs more room than gVisor's sentry: below 128 MiB Debian's kernel panics at boot.
-      // A desktop needs more (DESKTOP_MIN_MEMORY_MB), which create() checks.
+      // A guest kernel needs more room than gVisor's sentry (below 128 MiB Debian's kernel panics at boot), a
+      // desktop more still (DESKTOP_MIN_MEMORY_MB, create() checks). Writes go to the guest's own disk.
       minMemoryMb: 128,
+      writesInMemory: false,
     });
   }
 

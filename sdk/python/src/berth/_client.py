@@ -103,6 +103,7 @@ class SessionsApi:
         egress_allow: Sequence[str] | None = None,
         egress_allow_cidr: Sequence[str] | None = None,
         desktop: bool | Mapping[str, int] | None = None,
+        disk_mb: int | None = None,
         timeout: Timeout = DEFAULT,
     ) -> Session:
         """Starts a machine and returns once it runs; the handle carries the agent token.
@@ -113,7 +114,8 @@ class SessionsApi:
         to through its proxy (``host``, ``*.domain``, ``host:port``, IP, CIDR; default none), ``egress_allow_cidr``
         loopback/private ranges it may reach anyway. ``template`` starts it from that template (its files
         and running processes, a fresh identity); backend, memory, cpus and env then come from the template.
-        ``desktop``: True for a desktop (X display, window manager, VNC; the ``computer`` tool; see
+        ``disk_mb``: room for the session's writes, MiB (gvisor: default half of ``memory_mb``, at most
+        ``memory_mb``; a writer past it gets ENOSPC). ``desktop``: True for a desktop (X display, window manager, VNC; the ``computer`` tool; see
         ``session.desktop``) with the default 1280x800 screen, or ``{"width": W, "height": H}``."""
         req = R.create_session(
             objective=objective,
@@ -128,6 +130,7 @@ class SessionsApi:
             egress_allow=egress_allow,
             egress_allow_cidr=egress_allow_cidr,
             desktop=desktop,
+            disk_mb=disk_mb,
         )
         return Session(self._t, self._t.call(req, timeout))
 

@@ -45,11 +45,15 @@ class SessionSettings:
     env: list[str]
     #: A desktop's screen, ``{"width": W, "height": H}``; None without a desktop.
     desktop: dict[str, int] | None = None
+    #: Room for the session's writes, MiB, where they live in its memory (gvisor); None where they go to a disk (qemu).
+    disk_mb: int | None = None
 
     @classmethod
     def from_wire(cls, o: _Obj) -> SessionSettings:
         d = o.get("desktop")
-        return cls(memory_mb=o["memoryMb"], cpus=o["cpus"], idle_timeout_s=o["idleTimeoutS"], env=list(o["env"]), desktop=dict(d) if d else None)
+        return cls(
+            memory_mb=o["memoryMb"], cpus=o["cpus"], idle_timeout_s=o["idleTimeoutS"], env=list(o["env"]), desktop=dict(d) if d else None, disk_mb=o.get("diskMb")
+        )
 
 
 @dataclass(frozen=True)

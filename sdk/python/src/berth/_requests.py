@@ -73,11 +73,13 @@ def create_session(
     egress_allow: Sequence[str] | None = None,
     egress_allow_cidr: Sequence[str] | None = None,
     desktop: bool | Mapping[str, int] | None = None,
+    disk_mb: int | None = None,
 ) -> Req[Obj]:
     body = _drop_none(
         {
             "objective": objective,
             "memoryMb": memory_mb,
+            "diskMb": disk_mb,
             "cpus": cpus,
             "idleTimeoutS": idle_timeout_s,
             "env": dict(env) if env is not None else None,

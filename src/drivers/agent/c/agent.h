@@ -17,7 +17,7 @@
  * Sections, one room each: 1 limits and state (this header; the state is defined in state.c),
  * 2 utilities and 3 base64 (util.c), 4 output and 5 line parsing (output.c), 6 commands (exec.c),
  * 7 file reads and writes (files.c), 8 file system queries (fs.c), 15 background processes (bg.c), 16 watches (watch.c),
- * 17 sockets (sock.c), 18 terminals (term.c), 9 identity, 10 hello/quiesce/reset and
+ * 17 sockets (sock.c), 18 terminals (term.c), 19 the writable layer (disk.c), 9 identity, 10 hello/quiesce/reset and
  * 11 dispatch (control.c), 12 the host channel and 13 signals and reaping (channel.c), 14 main loop
  * (main.c). The agent is one thread: the state below is shared by the files, never by threads.
  */
@@ -345,6 +345,9 @@ int listener_can_accept(void);
 void listener_ready(struct listener *l);
 void socks_sweep(void);
 void socks_reset(void);
+
+/* disk.c: the writable layer (--disk-mb): 0, or -1 with the cause logged */
+int setup_disk(long mb);
 
 /* control.c: identity (N), hello/quiesce/reset (H Q) and dispatch of host lines */
 void process_input(void);

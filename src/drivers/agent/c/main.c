@@ -128,10 +128,11 @@ static void build_base_env(void) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: berth-agent [--device PATH]\n"
+  fprintf(stderr, "usage: berth-agent [--device PATH] [--disk-mb N]\n"
                   "       berth-agent --pipe-size BYTES FIFO...\n"
                   "  Speaks the Berth agent protocol v%d on fd 0/1, or on the serial device PATH\n"
                   "  (reopened every %d ms while the host is away).\n"
+                  "  --disk-mb N (as PID 1): the session's writes go to an overlay of N MiB.\n"
                   "  --pipe-size (run on the host): sets the buffer of each FIFO's open pipe.\n",
           PROTOCOL_VERSION, RECONNECT_MS);
 }
@@ -160,10 +161,19 @@ static int set_pipe_sizes(int argc, char **argv) {
   return rc;
 }
 
+static long disk_mb; /* --disk-mb N, else 0 */
+
 static void parse_args(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       device_path = argv[++i];
+    } else if (!strcmp(argv[i], "--disk-mb") && i + 1 < argc) {
+      char *end;
+      disk_mb = strtol(argv[++i], &end, 10);
+      if (*end || disk_mb <= 0) {
+        usage();
+        exit(2);
+      }
     } else if (!strcmp(argv[i], "--version")) {
       printf("berth-agent protocol %d\n", PROTOCOL_VERSION);
       exit(0);
@@ -179,6 +189,10 @@ int main(int argc, char **argv) {
   parse_args(argc, argv);
   am_pid1 = getpid() == 1;
   ensure_std_fds();
+  if (disk_mb && (!am_pid1 || setup_disk(disk_mb) < 0)) {
+    if (!am_pid1) logmsg("--disk-mb needs PID 1");
+    return 1;
+  }
   b64_init();
   setup_signals();
   if (!am_pid1) prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphans come to us, as they would to PID 1 */
