@@ -88,7 +88,7 @@ export const SPEC = {
         flags: {
           objective: { kind: 'string', arg: 'TEXT', help: 'what the session is for' },
           memory: { kind: 'int', arg: 'MB', ...range(LIMITS.memoryMb), help: 'memory, MiB (default 512)' },
-          disk: { kind: 'int', arg: 'MB', ...range(LIMITS.diskMb), help: "room for the session's writes, MiB (gvisor: default half of --memory, at most --memory; a writer past it gets ENOSPC)" },
+          disk: { kind: 'int', arg: 'MB', ...range(LIMITS.diskMb), help: "room for the session's writes, MiB; past it a writer gets ENOSPC (gvisor: default half of --memory, at most --memory; qemu: grows the disk)" },
           cpus: { kind: 'number', arg: 'N', ...range(LIMITS.cpus), help: 'CPUs (default 1)' },
           'idle-timeout': { kind: 'int', arg: 'S', ...range(LIMITS.idleTimeoutS), help: 'hibernate after S idle seconds (0: never, the default)' },
           env: { kind: 'kv', arg: 'K=V', help: 'environment variable (repeatable)' },

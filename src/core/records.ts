@@ -13,8 +13,9 @@ export interface SessionSettings {
   /** Seconds without a call before the session hibernates by itself; 0 = never. Default 0. */
   idleTimeoutS: number;
   /**
-   * Room for the session's writes, MiB, where they live in its memory (gVisor): default half of memoryMb, at
-   * most memoryMb. Absent on backends whose writes go to a disk (QEMU) and in records from before the limit.
+   * Room for the session's writes, MiB. gVisor (writes in its memory): default half of memoryMb, at most
+   * memoryMb. QEMU: the free room its disk is grown to, at least the image's; absent, the image's as built.
+   * Absent too in gVisor records from before the limit.
    */
   diskMb?: number;
   env: Record<string, string>;

@@ -25,8 +25,9 @@ export interface SandboxLimits {
   /** CPU limit, in cores (may be fractional for gVisor; rounded up to whole vCPUs for QEMU). */
   cpus: number;
   /**
-   * Room for the session's writes, MiB, on a backend whose writes live in memory (capabilities.writesInMemory):
-   * a writer gets ENOSPC past it. Absent: no limit of its own (the memory limit still holds).
+   * Room for the session's writes, MiB: a writer gets ENOSPC past it. Where writes live in memory
+   * (capabilities.writesInMemory) a limit inside memoryMb; absent there, none of its own. Where they go to a
+   * disk, the free room the machine's disk is grown to (at least the image's own); absent, the image's.
    */
   diskMb?: number;
 }
@@ -206,7 +207,7 @@ export interface DriverCapabilities {
   minMemoryMb: number;
   /**
    * The session's files live in the sandbox's memory (gVisor), so they are bounded by `limits.diskMb` inside
-   * `limits.memoryMb`; false: they go to a virtual disk whose size the image sets (QEMU).
+   * `limits.memoryMb`; false: they go to a virtual disk, the image's or grown to `limits.diskMb` (QEMU).
    */
   writesInMemory: boolean;
 }

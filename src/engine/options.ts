@@ -59,7 +59,7 @@ export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): 
     backend,
     settings: {
       memoryMb,
-      ...diskSettings(input.diskMb, memoryMb, backend, d.writesInMemory?.[backend] ?? false),
+      ...diskSettings(input.diskMb, memoryMb, d.writesInMemory?.[backend] ?? false),
       cpus: num('cpus', input.cpus ?? d.cpus, LIMITS.cpus.min, LIMITS.cpus.max, false),
       idleTimeoutS: num('idleTimeoutS', input.idleTimeoutS ?? d.idleTimeoutS, LIMITS.idleTimeoutS.min, LIMITS.idleTimeoutS.max, true),
       env: { ...env },
@@ -69,16 +69,13 @@ export function resolveSettings(input: CreateSessionInput, d: SessionDefaults): 
 }
 
 /**
- * Room for the session's writes where they live in its memory: default half of memoryMb, at most memoryMb (files
- * and processes share the memory limit; the rest is the processes'). A backend that writes to a disk takes none.
+ * Room for the session's writes. Where they live in its memory: default half of memoryMb, at most memoryMb (files
+ * and processes share the memory limit; the rest is the processes'). Where they go to a disk (QEMU): none by
+ * default (the image's free room); given, the driver grows the machine's disk to it (and refuses less than the
+ * image has free).
  */
-function diskSettings(v: unknown, memoryMb: number, backend: BackendName, inMemory: boolean): { diskMb?: number } {
-  if (!inMemory) {
-    if (v === undefined) return {};
-    throw new InvalidArgumentError(`diskMb: the ${backend} backend writes to the machine's own disk, whose size the image sets; diskMb applies where a session's files live in its memory (gvisor)`, {
-      details: { field: 'diskMb' },
-    });
-  }
+function diskSettings(v: unknown, memoryMb: number, inMemory: boolean): { diskMb?: number } {
+  if (!inMemory) return v === undefined ? {} : { diskMb: num('diskMb', v, LIMITS.diskMb.min, LIMITS.diskMb.max, true) };
   const max = Math.max(LIMITS.diskMb.min, memoryMb);
   if (v !== undefined && typeof v === 'number' && Number.isInteger(v) && v > max) {
     throw new InvalidArgumentError(`diskMb: at most memoryMb (${memoryMb} MiB), since the session's files live in its memory; got ${v}`, { details: { field: 'diskMb', min: LIMITS.diskMb.min, max } });

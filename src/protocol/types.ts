@@ -6,7 +6,7 @@ import type { AuditKeyInfo, BackendName, ConsistencyDocument, FileEntry, FileSta
 
 export interface SessionSettingsView {
   memoryMb: number;
-  /** Room for the session's writes, MiB, where they live in its memory (gvisor); null where they go to a disk (qemu). */
+  /** Room for the session's writes, MiB (gvisor: inside memoryMb; qemu: the disk grown to it); null: the image's disk as built (qemu). */
   diskMb: number | null;
   cpus: number;
   idleTimeoutS: number;
@@ -94,8 +94,9 @@ export interface CreateSessionBody {
   /** MiB, 64..16384; default 512. */
   memoryMb?: number;
   /**
-   * Room for the session's writes, MiB, 16..memoryMb; default half of memoryMb. gVisor only: its files live in
-   * its memory, and a writer past this gets ENOSPC instead of the sandbox being killed at the memory limit.
+   * Room for the session's writes, MiB; a writer past it gets ENOSPC. gVisor (files in its memory): 16..memoryMb,
+   * default half of memoryMb. QEMU: the guest's disk is grown to it (at least the image's free room); default
+   * the image's.
    */
   diskMb?: number;
   /** 0.1..(host cores); default 1. */

@@ -16,7 +16,7 @@ const IsoOrNull = Iso.nullable();
 
 export const SessionSettingsViewSchema = z.strictObject({
   memoryMb: z.number().int(),
-  diskMb: z.number().int().nullable().describe('room for the session\'s writes, MiB, where they live in its memory (gvisor); null where they go to a disk (qemu)'),
+  diskMb: z.number().int().nullable().describe('room for the session\'s writes, MiB (gvisor: inside memoryMb; qemu: the disk grown to it); null: the image\'s disk as built (qemu)'),
   cpus: z.number(),
   idleTimeoutS: z.number().int(),
   env: z.array(z.string()),

@@ -72,4 +72,31 @@ describe.skipIf(skip)('the qemu backend through the API', () => {
     expect(readdirSync(join(srv.t.dataDir, 'snapshots'))).toEqual([]);
     expect(await pidsMatching(s.id)).toEqual([]);
   }, 300_000);
+
+  it('grows the machine\'s disk to diskMb: the guest sees the room, keeps it across hibernate; less than the image has is refused', async () => {
+    const c = srv.t.client;
+    // Free MiB for root, as every session process is (df's Avail leaves out ext4's 5% reserved for root).
+    const avail = async (x: { run: (a: string[]) => Promise<{ stdout: string }> }) => {
+      const [blocks, size] = (await x.run(['stat', '-f', '-c', '%f %S', '/'])).stdout.trim().split(' ').map(Number);
+      return Math.floor((blocks! * size!) / (1024 * 1024));
+    };
+    const plain = await c.sessions.create({ backend: 'qemu', memoryMb: 256 });
+    expect(plain.info.settings.diskMb).toBeNull();
+    const imageRoom = await avail(plain);
+    await plain.terminate();
+    const small = (await c.sessions.create({ backend: 'qemu', memoryMb: 256, diskMb: 1000 }).catch((e: unknown) => e)) as Error & { code?: string; details?: { field?: string } };
+    expect(small).toMatchObject({ code: 'invalid_argument', details: { field: 'diskMb' } });
+    expect(small.message).toMatch(/at least its image's free room/);
+
+    const want = imageRoom + 2048;
+    const s = await c.sessions.create({ backend: 'qemu', memoryMb: 256, diskMb: want });
+    expect(s.info.settings.diskMb).toBe(want);
+    const grown = await avail(s);
+    expect(grown).toBeGreaterThanOrEqual(want - 8);
+    expect(grown).toBeLessThan(want + 128);
+    await s.run(['dd', 'if=/dev/zero', 'of=/root/f', 'bs=1M', 'count=64', 'conv=fsync']);
+    await s.hibernate();
+    expect(await avail(s)).toBeGreaterThanOrEqual(want - 8 - 64); // the wake restores the grown disk
+    await s.terminate();
+  }, 300_000);
 });

@@ -249,7 +249,7 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
     });
     const paths = await this.freshDir(spec.sandboxId);
     try {
-      await createLayer(config.image.baseDisk, paths.disk, opts.signal);
+      await createLayer(config.image.baseDisk, paths.disk, { diskMb: spec.limits.diskMb, signal: opts.signal });
       await this.launch(spec, config, paths, { timeoutMs: this.bootTimeoutMs, signal: opts.signal });
       await this.channel(spec.sandboxId).identity(spec.identity, randomBytes(64), opts);
     } catch (e) {

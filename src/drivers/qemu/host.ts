@@ -1,11 +1,11 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { copyFile, readFile, rename } from 'node:fs/promises';
+import { copyFile, open, readFile, rename } from 'node:fs/promises';
 import { connect, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { abortError, SandboxError, UnavailableError } from '../../core/index.js';
+import { abortError, InvalidArgumentError, SandboxError, UnavailableError } from '../../core/index.js';
 
 /**
  * The host-side pieces of a QEMU machine that are not QMP: qemu-img for disk layers, starting QEMU
@@ -28,9 +28,30 @@ export function qemuImg(args: readonly string[], signal?: AbortSignal): Promise<
   });
 }
 
-/** A new, empty qcow2 layer over a read-only raw base disk. */
-export async function createLayer(baseDisk: string, layer: string, signal?: AbortSignal): Promise<void> {
-  await qemuImg(['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', baseDisk, layer], signal);
+/**
+ * A new, empty qcow2 layer over a read-only raw base disk. With `diskMb` past the image's free room, the layer's
+ * disk is larger than the base (layerSize) and the guest's agent grows the root filesystem to it at boot
+ * (agent/c/disk.c); less than the image's room is refused.
+ */
+export async function createLayer(baseDisk: string, layer: string, opts: { diskMb?: number; signal?: AbortSignal } = {}): Promise<void> {
+  const size = opts.diskMb === undefined ? undefined : layerSize(await ext4Room(baseDisk), opts.diskMb);
+  await qemuImg(['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', baseDisk, layer, ...(size ? [String(size)] : [])], opts.signal);
+}
+
+/** An ext4 image's size and its free room (every free block: the guest's processes run as root), bytes, from its superblock. */
+export async function ext4Room(disk: string): Promise<{ sizeBytes: number; freeBytes: number }> {
+  const fh = await open(disk, 'r');
+  try {
+    const sb = Buffer.alloc(1024);
+    await fh.read(sb, 0, 1024, 1024);
+    if (sb.readUInt16LE(0x38) !== 0xef53) throw new SandboxError(`${disk} holds no ext4 filesystem`);
+    const blockSize = 1024 << sb.readUInt32LE(0x18);
+    const wide = (sb.readUInt32LE(0x60) & 0x80) !== 0; // INCOMPAT_64BIT: the counts have high halves
+    const count = (lo: number, hi: number) => sb.readUInt32LE(lo) + (wide ? sb.readUInt32LE(hi) * 2 ** 32 : 0);
+    return { sizeBytes: (await fh.stat()).size, freeBytes: count(0x0c, 0x158) * blockSize };
+  } finally {
+    await fh.close();
+  }
 }
 
 /**
@@ -169,3 +190,25 @@ function packageRoot(): string {
   }
   return dir;
 }
+
+/** MiB of inode tables and bitmaps ext4 adds per MiB it grows by (mkfs's defaults: a 256-byte inode per 16 KiB), rounded up. */
+const GROW_OVERHEAD = 1.02;
+
+/**
+ * The size of a session's disk layer for `diskMb` MiB of free room over an image with `room` (ext4Room), bytes:
+ * undefined when the image's own room is what was asked (or no room was); InvalidArgumentError, naming the
+ * image's room, when less was asked (a guest's filesystem cannot shrink below its image).
+ */
+export function layerSize(room: { sizeBytes: number; freeBytes: number }, diskMb: number | undefined): number | undefined {
+  if (diskMb === undefined) return undefined;
+  const freeMb = Math.floor(room.freeBytes / MIB);
+  if (diskMb < freeMb) {
+    throw new InvalidArgumentError(`diskMb: a QEMU session's disk has at least its image's free room, ${freeMb} MiB (it can be grown, not shrunk); got ${diskMb}`, {
+      details: { field: 'diskMb', min: freeMb },
+    });
+  }
+  if (diskMb === freeMb) return undefined;
+  const grow = Math.ceil(((diskMb - freeMb) * GROW_OVERHEAD) / 16) * 16;
+  return room.sizeBytes + grow * MIB;
+}
+const MIB = 1024 * 1024;

@@ -115,8 +115,8 @@ class AsyncSessionsApi:
         to through its proxy (``host``, ``*.domain``, ``host:port``, IP, CIDR; default none), ``egress_allow_cidr``
         loopback/private ranges it may reach anyway. ``template`` starts it from that template (its files
         and running processes, a fresh identity); backend, memory, cpus and env then come from the template.
-        ``disk_mb``: room for the session's writes, MiB (gvisor: default half of ``memory_mb``, at most
-        ``memory_mb``; a writer past it gets ENOSPC). ``desktop``: True for a desktop (X display, window manager, VNC; the ``computer`` tool; see
+        ``disk_mb``: room for the session's writes, MiB; a writer past it gets ENOSPC (gvisor: default half of
+        ``memory_mb``, at most ``memory_mb``; qemu: the disk grown to it, default the image's). ``desktop``: True for a desktop (X display, window manager, VNC; the ``computer`` tool; see
         ``session.desktop``) with the default 1280x800 screen, or ``{"width": W, "height": H}``."""
         req = R.create_session(
             objective=objective,

@@ -45,7 +45,7 @@ class SessionSettings:
     env: list[str]
     #: A desktop's screen, ``{"width": W, "height": H}``; None without a desktop.
     desktop: dict[str, int] | None = None
-    #: Room for the session's writes, MiB, where they live in its memory (gvisor); None where they go to a disk (qemu).
+    #: Room for the session's writes, MiB (gvisor: inside memory_mb; qemu: the disk grown to it); None: the image's disk (qemu).
     disk_mb: int | None = None
 
     @classmethod

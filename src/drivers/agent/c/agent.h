@@ -346,8 +346,9 @@ void listener_ready(struct listener *l);
 void socks_sweep(void);
 void socks_reset(void);
 
-/* disk.c: the writable layer (--disk-mb): 0, or -1 with the cause logged */
+/* disk.c: the writable layer (--disk-mb): 0, or -1 with the cause logged; a QEMU guest's root grown to its disk */
 int setup_disk(long mb);
+void grow_root(void);
 
 /* control.c: identity (N), hello/quiesce/reset (H Q) and dispatch of host lines */
 void process_input(void);

@@ -1,7 +1,9 @@
-/* Section 19: the session's writable layer (gVisor). See agent.h. */
+/* Section 19: the session's writable layer (gVisor's room, a QEMU guest's disk). See agent.h. */
 #include "agent.h"
 #include <mntent.h>
 #include <sys/mount.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 
 /* ==== 19. writable layer ============================================================================= */
 
@@ -73,4 +75,33 @@ int setup_disk(long mb) {
   if (umount2(DISK_DIR, MNT_DETACH) < 0) return fail("cannot detach the old root from", DISK_DIR);
   if (chdir("/") < 0) return fail("cannot enter", "/");
   return 0;
+}
+
+/*
+ * The QEMU guest: a session's disk layer is larger than the image's filesystem when its diskMb asked for more
+ * room than the image has free (drivers/qemu). Grow the mounted ext4 root to its device, as resize2fs does
+ * online (the kernel returns at once when the sizes already match; it never shrinks). A failure is logged and
+ * the guest runs on with the image's room.
+ */
+#define EXT4_SUPER_MAGIC_ 0xEF53
+#define EXT4_IOC_RESIZE_FS_ _IOW('f', 16, uint64_t)
+
+void grow_root(void) {
+  struct stat st;
+  struct statfs sf;
+  if (stat("/", &st) < 0 || statfs("/", &sf) < 0 || sf.f_type != EXT4_SUPER_MAGIC_ || sf.f_bsize <= 0) return;
+  char path[64];
+  snprintf(path, sizeof path, "/sys/dev/block/%u:%u/size", major(st.st_dev), minor(st.st_dev));
+  FILE *f = fopen(path, "re");
+  unsigned long long sectors = 0;
+  int got = f && fscanf(f, "%llu", &sectors) == 1;
+  if (f) fclose(f);
+  if (!got) return;
+  uint64_t blocks = sectors * 512 / (uint64_t)sf.f_bsize;
+  if (blocks <= (uint64_t)sf.f_blocks) return;
+  int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int64_t t0 = now_ms();
+  if (fd < 0 || ioctl(fd, EXT4_IOC_RESIZE_FS_, &blocks) < 0) logmsg("cannot grow the root filesystem to %" PRIu64 " blocks: %s", blocks, strerror(errno));
+  else logmsg("grew the root filesystem to %" PRIu64 " blocks of %ld bytes in %" PRId64 " ms", blocks, (long)sf.f_bsize, now_ms() - t0);
+  if (fd >= 0) close(fd);
 }

@@ -198,6 +198,7 @@ int main(int argc, char **argv) {
   if (!am_pid1) prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphans come to us, as they would to PID 1 */
   build_base_env();
   if (device_path) {
+    if (am_pid1) grow_root();
     chan_open_device();
   } else {
     int nb_in, nb_out;
