@@ -93,3 +93,33 @@ describe('memory floor', () => {
     }
   });
 });
+
+describe('file room (diskMb)', () => {
+  const invalid = (field: string) => expect.objectContaining({ code: 'invalid_argument', details: expect.objectContaining({ field }) });
+  const d = { ...DEFAULT_SESSION, writesInMemory: { gvisor: true, qemu: false } };
+
+  it('where files live in memory: default half of memoryMb, at most memoryMb, at least the floor', () => {
+    expect(resolveSettings({ memoryMb: 512 }, d).settings.diskMb).toBe(256);
+    expect(resolveSettings({ memoryMb: 64 }, d).settings.diskMb).toBe(32);
+    expect(resolveSettings({ memoryMb: 512, diskMb: 512 }, d).settings.diskMb).toBe(512);
+    expect(() => resolveSettings({ memoryMb: 512, diskMb: 513 }, d)).toThrow(invalid('diskMb'));
+    expect(() => resolveSettings({ memoryMb: 512, diskMb: LIMITS.diskMb.min - 1 }, d)).toThrow(invalid('diskMb'));
+    expect(() => resolveSettings({ memoryMb: 512, diskMb: 100.5 }, d)).toThrow(invalid('diskMb'));
+  });
+
+  it('where files go to a disk: none by default, a given one kept for the driver (which knows the image)', () => {
+    expect(resolveSettings({ backend: 'qemu', memoryMb: 256 }, d).settings.diskMb).toBeUndefined();
+    expect(resolveSettings({ backend: 'qemu', memoryMb: 256, diskMb: 8192 }, d).settings.diskMb).toBe(8192);
+    expect(() => resolveSettings({ backend: 'qemu', diskMb: LIMITS.diskMb.max + 1 }, d)).toThrow(invalid('diskMb'));
+  });
+
+  it('comes from the driver: composeEngine passes capabilities.writesInMemory', async () => {
+    const t = await createTestEngine();
+    try {
+      const { session } = await t.engine.createSession(t.root, { memoryMb: 256 });
+      expect(session.settings.diskMb).toBe(128);
+    } finally {
+      await t.close();
+    }
+  });
+});
