@@ -84,7 +84,7 @@ export const SHELL_EXEC = defineTool({
     dependencies: { ...OUT.dependencies, ...ERR.dependencies },
   },
   pathArgs: ['cwd'],
-});
+}, { deferCompile: true });
 
 export const FS_READ = defineTool({
   name: 'fs.read',
@@ -108,7 +108,7 @@ export const FS_READ = defineTool({
     oneOf: [{ required: ['content'] }, { required: ['contentBase64'] }],
   },
   pathArgs: ['path'],
-});
+}, { deferCompile: true });
 
 export const FS_WRITE = defineTool({
   name: 'fs.write',
@@ -130,7 +130,7 @@ export const FS_WRITE = defineTool({
   },
   pathArgs: ['path'],
   opaqueArgs: ['content', 'contentBase64'],
-});
+}, { deferCompile: true });
 
 export const FS_LIST = defineTool({
   name: 'fs.list',
@@ -163,7 +163,7 @@ export const FS_LIST = defineTool({
     },
   },
   pathArgs: ['path'],
-});
+}, { deferCompile: true });
 
 export const HTTP_REQUEST = defineTool({
   name: 'http.request',
@@ -197,7 +197,7 @@ export const HTTP_REQUEST = defineTool({
     oneOf: [{ required: ['body'] }, { required: ['bodyBase64'] }],
   },
   opaqueArgs: ['body'],
-});
+}, { deferCompile: true });
 
 export const BUILTIN_TOOLS: readonly ToolDefinition[] = Object.freeze([SHELL_EXEC, FS_READ, FS_WRITE, FS_LIST, HTTP_REQUEST, COMPUTER]);
 

@@ -108,7 +108,7 @@ export const COMPUTER = defineTool({
     },
   },
   imageResults: ['screenshot'],
-});
+}, { deferCompile: true });
 
 /** The size of the screenshots of a screen: at most SCREENSHOT_MAX_WIDTH wide, the height in proportion. */
 export function screenshotSize(screen: DesktopSettings): { width: number; height: number; scale: number } {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { isAppError } from '../core/index.js';
 import { BUILTIN_TOOLS, FS_READ, FS_WRITE, HTTP_REQUEST, SHELL_EXEC } from './builtin-tools.js';
 import { compileSchema, validateAgainst, validateArgs, validateResult } from './schema.js';
-import { defineTool } from './tools.js';
+import { compileToolSchemas, defineTool } from './tools.js';
 
 function codeOf(f: () => unknown): string | undefined {
   try {
@@ -74,6 +74,16 @@ describe('tool definitions', () => {
     inputSchema: { type: 'object', properties: { env: { type: 'string' } }, required: ['env'] },
     outputSchema: { type: 'object' },
   };
+
+  it("compiles every one of Berth's own tools (defined with deferCompile, so nothing else would at load)", () => {
+    for (const t of BUILTIN_TOOLS) expect(() => compileToolSchemas(t), t.name).not.toThrow();
+  });
+
+  it('defers only the compile: a deferred definition still refuses a bad schema when it is compiled', () => {
+    const bad = defineTool({ ...ok, inputSchema: { type: 'object', properties: { env: { type: 'nonsense' } } } }, { deferCompile: true });
+    expect(() => compileToolSchemas(bad)).toThrow(/tool acme.deploy inputSchema is not a valid JSON Schema/);
+    expect(() => defineTool({ ...ok, inputSchema: { type: 'object', properties: { env: { type: 'nonsense' } } } })).toThrow(/is not a valid JSON Schema/);
+  });
 
   it('accepts a valid operator tool and freezes it', () => {
     const t = defineTool(ok);

@@ -69,8 +69,12 @@ function checkArgList(name: string, field: string, list: unknown, props: Record<
  * Checks a tool definition and returns a frozen copy. Throws InvalidArgumentError naming the bad field:
  * an invalid name, a schema that does not compile, an input schema that is not an object schema, a path
  * or opaque argument the input schema does not declare.
+ *
+ * `deferCompile` is for Berth's own tools, defined as their modules load: compiling their schemas there (Ajv
+ * checks each against the meta-schema and generates code) took about a third of a second of every server
+ * start. Their validators are then compiled at first use or by compileToolSchemas; a test compiles them all.
  */
-export function defineTool(def: unknown): ToolDefinition {
+export function defineTool(def: unknown, opts: { deferCompile?: boolean } = {}): ToolDefinition {
   if (typeof def !== 'object' || def === null || Array.isArray(def)) throw new InvalidArgumentError('a tool definition must be an object');
   const d = def as Record<string, unknown>;
   const name = typeof d.name === 'string' ? d.name : String(d.name);
@@ -84,8 +88,7 @@ export function defineTool(def: unknown): ToolDefinition {
   if (typeof input !== 'object' || input === null || Array.isArray(input) || (input as Record<string, unknown>).type !== 'object') {
     throw bad(name, 'inputSchema', 'must be a JSON Schema with type "object" (arguments are a JSON object)');
   }
-  compileSchema(input, `tool ${name} inputSchema`);
-  compileSchema(d.outputSchema, `tool ${name} outputSchema`);
+  if (!opts.deferCompile) compileToolSchemas({ name, inputSchema: input, outputSchema: d.outputSchema });
   const props = ((input as Record<string, unknown>).properties ?? {}) as Record<string, unknown>;
   const pathArgs = checkArgList(name, 'pathArgs', d.pathArgs, props);
   const opaqueArgs = checkArgList(name, 'opaqueArgs', d.opaqueArgs, props);
@@ -103,4 +106,10 @@ export function defineTool(def: unknown): ToolDefinition {
   if (opaqueArgs) out.opaqueArgs = opaqueArgs;
   if (imageResults) out.imageResults = imageResults;
   return Object.freeze(out);
+}
+
+/** Compiles (or finds cached) a tool's input and output validators; throws as defineTool does for a bad schema. */
+export function compileToolSchemas(t: { name: string; inputSchema: unknown; outputSchema: unknown }): void {
+  compileSchema(t.inputSchema, `tool ${t.name} inputSchema`);
+  compileSchema(t.outputSchema, `tool ${t.name} outputSchema`);
 }

@@ -13,6 +13,7 @@
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { InvalidArgumentError } from '../core/index.js';
+import { BUILTIN_TOOLS, compileToolSchemas, type ToolDefinition } from '../policy/index.js';
 import { createApp } from './app.js';
 import { createBerth, type Berth } from './compose.js';
 import { lockDataDir } from './datalock.js';
@@ -140,6 +141,7 @@ export async function serveMain(argv: string[]): Promise<void> {
   const health = berth.engine.health();
   live?.stop(`ready on ${server.url} (${Object.entries(health.backends).map(([b, h]) => `${b} ${h.available ? 'available' : 'unavailable'}`).join(', ')})`);
   log.info('ready', { url: server.url, startS: progress.view().elapsedS, backends: health.backends });
+  warmValidators(BUILTIN_TOOLS);
 
   const signal = await new Promise<NodeJS.Signals>((done) => {
     process.once('SIGINT', () => done('SIGINT'));
@@ -154,4 +156,12 @@ export async function serveMain(argv: string[]): Promise<void> {
   await berth.close();
   lock.release();
   log.info('stopped');
+}
+
+/**
+ * Berth's own tools' validators are compiled once the server is ready, one tool per turn of the event loop, so
+ * neither the start (policy/tools.ts, deferCompile) nor the first gated call pays for them.
+ */
+function warmValidators(tools: readonly ToolDefinition[], i = 0): void {
+  if (i < tools.length) setImmediate(() => (compileToolSchemas(tools[i]!), warmValidators(tools, i + 1))).unref();
 }
