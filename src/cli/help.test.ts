@@ -56,7 +56,7 @@ describe('help', () => {
       const spec: VerbSpec = SPEC[verb];
       for (const args of [[verb, '--help'], ['help', verb], [verb, '-h']]) {
         const r = await berth(args);
-        expect(r.code, args.join(' ')).toBe(0);
+        expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(0);
         expect(r.stdout).toContain(`usage: berth ${verb}`);
         expect(r.stdout).toContain(spec.summary);
         for (const c of Object.values(spec.commands)) for (const f of Object.keys(c.flags)) expect(r.stdout, `${verb} --${f}`).toContain(`--${f}`);

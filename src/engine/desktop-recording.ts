@@ -128,17 +128,23 @@ function latest(procs: ProcessInfo[]): ProcessInfo | undefined {
   return best;
 }
 
-/** Default and largest cap for a session: its files live in its memory (see DESKTOP_RECORDING_BYTES). */
-export function recordingCaps(memoryMb: number): { default: number; max: number } {
-  const mem = memoryMb * MIB;
-  return { default: Math.min(DESKTOP_RECORDING_BYTES.default, Math.floor(mem / 4)), max: Math.min(DESKTOP_RECORDING_BYTES.max, Math.floor(mem / 2)) };
+/**
+ * Default and largest cap for a session (see DESKTOP_RECORDING_BYTES): the video is one of its files, so at most
+ * half its file room (diskMb) and half its memory (where a gVisor session's files live); by default a quarter of
+ * the memory, within that.
+ */
+export function recordingCaps(s: { memoryMb: number; diskMb?: number }): { default: number; max: number } {
+  const mem = s.memoryMb * MIB;
+  const max = Math.min(DESKTOP_RECORDING_BYTES.max, Math.floor(mem / 2), s.diskMb === undefined ? Infinity : Math.floor((s.diskMb * MIB) / 2));
+  return { default: Math.min(DESKTOP_RECORDING_BYTES.default, Math.floor(mem / 4), max), max };
 }
 
 function checkCap(maxBytes: number | undefined, r: SessionRecord): number {
-  const caps = recordingCaps(r.settings.memoryMb);
+  const caps = recordingCaps(r.settings);
   if (maxBytes === undefined) return caps.default;
   if (!Number.isSafeInteger(maxBytes) || maxBytes < DESKTOP_RECORDING_BYTES.min || maxBytes > caps.max) {
-    throw new InvalidArgumentError(`maxBytes: must be an integer from ${DESKTOP_RECORDING_BYTES.min} to ${caps.max} (half the session's ${r.settings.memoryMb} MiB: the video is kept in its memory), got ${maxBytes}`, {
+    const room = r.settings.diskMb === undefined ? '' : ` and of its ${r.settings.diskMb} MiB file room`;
+    throw new InvalidArgumentError(`maxBytes: must be an integer from ${DESKTOP_RECORDING_BYTES.min} to ${caps.max} (half the session's ${r.settings.memoryMb} MiB of memory${room}: the video is one of its files), got ${maxBytes}`, {
       details: { field: 'maxBytes', min: DESKTOP_RECORDING_BYTES.min, max: caps.max },
     });
   }

@@ -9,7 +9,7 @@ import { desktopRecordingPaths } from '../protocol/desktop-names.js';
 import type { Transport } from './http.js';
 
 export interface RecordOptions {
-  /** The video's size cap, bytes (ffmpeg stops there by itself). Default: see above; at most half the session's memory. */
+  /** The video's size cap, bytes (ffmpeg stops there by itself). Default: see above; at most half the session's memory and half its file room (diskMb). */
   maxBytes?: number;
   signal?: AbortSignal;
 }

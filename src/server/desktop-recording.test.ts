@@ -62,12 +62,13 @@ describe('desktop recordings over HTTP (in-memory driver)', () => {
     expect((await h.t.engine.auditQuery(h.t.root, { sessionId: s.id })).map((e) => e.action)).not.toContain('session.desktop.record.stop');
   });
 
-  it('caps: at least 1 MiB, at most half the session memory (its files live there)', async () => {
-    const s = await desktopSession(256);
+  it('caps: at least 1 MiB, at most half the session memory and half its file room (the video is one of its files)', async () => {
+    const s = await desktopSession(256); // file room: 128 MiB, the default half
     const start = `/v1/sessions/${s.id}/desktop/recording/start`;
     expect(err(await call('POST', start, { maxBytes: 1000 }))[0]).toBe(400);
-    const tooBig = await call('POST', start, { maxBytes: 128 * 1024 * 1024 + 1 });
-    expect([tooBig.status, tooBig.json.error.details]).toEqual([400, { field: 'maxBytes', min: 1024 * 1024, max: 128 * 1024 * 1024 }]);
+    const tooBig = await call('POST', start, { maxBytes: 64 * 1024 * 1024 + 1 });
+    expect([tooBig.status, tooBig.json.error.details]).toEqual([400, { field: 'maxBytes', min: 1024 * 1024, max: 64 * 1024 * 1024 }]);
+    expect(tooBig.json.error.message).toMatch(/half the session's 256 MiB of memory and of its 128 MiB file room/);
     expect(err(await call('POST', start, { maxBytes: 2 ** 40 }))[0]).toBe(400);
     expect(err(await call('POST', start, { fps: 30 }))[0]).toBe(400);
   });
