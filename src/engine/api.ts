@@ -38,7 +38,7 @@ export interface TenantInfo {
 export interface CreateSessionInput {
   objective?: string;
   memoryMb?: number;
-  /** Room for the session's writes, MiB, on a backend whose writes live in memory (gVisor); see SessionSettings.diskMb. */
+  /** Room for the session's writes, MiB (gVisor: inside memoryMb; QEMU: the disk grown to it); see SessionSettings.diskMb. */
   diskMb?: number;
   cpus?: number;
   idleTimeoutS?: number;

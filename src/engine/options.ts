@@ -19,7 +19,8 @@ export interface SessionDefaults {
   minMemoryMb?: Readonly<Partial<Record<BackendName, number>>>;
   /**
    * Backends whose session files live in the sandbox's memory (each driver's capabilities.writesInMemory, filled
-   * in by composeEngine): their sessions get `diskMb`. A backend left out writes to a disk and takes no diskMb.
+   * in by composeEngine): their sessions always get `diskMb` (default half the memory). A backend left out writes
+   * to a disk: `diskMb` only when asked for, checked by its driver against the image.
    */
   writesInMemory?: Readonly<Partial<Record<BackendName, boolean>>>;
 }

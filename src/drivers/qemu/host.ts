@@ -191,6 +191,7 @@ function packageRoot(): string {
   return dir;
 }
 
+const MIB = 1024 * 1024;
 /** MiB of inode tables and bitmaps ext4 adds per MiB it grows by (mkfs's defaults: a 256-byte inode per 16 KiB), rounded up. */
 const GROW_OVERHEAD = 1.02;
 
@@ -211,4 +212,3 @@ export function layerSize(room: { sizeBytes: number; freeBytes: number }, diskMb
   const grow = Math.ceil(((diskMb - freeMb) * GROW_OVERHEAD) / 16) * 16;
   return room.sizeBytes + grow * MIB;
 }
-const MIB = 1024 * 1024;

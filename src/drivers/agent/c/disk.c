@@ -80,8 +80,9 @@ int setup_disk(long mb) {
 /*
  * The QEMU guest: a session's disk layer is larger than the image's filesystem when its diskMb asked for more
  * room than the image has free (drivers/qemu). Grow the mounted ext4 root to its device, as resize2fs does
- * online (the kernel returns at once when the sizes already match; it never shrinks). A failure is logged and
- * the guest runs on with the image's room.
+ * online. statfs's block count leaves out ext4's own overhead, so this runs at every boot; the kernel returns at
+ * once when the sizes already match, and never shrinks. A failure is logged and the guest runs on with the
+ * image's room.
  */
 #define EXT4_SUPER_MAGIC_ 0xEF53
 #define EXT4_IOC_RESIZE_FS_ _IOW('f', 16, uint64_t)
@@ -102,6 +103,6 @@ void grow_root(void) {
   int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int64_t t0 = now_ms();
   if (fd < 0 || ioctl(fd, EXT4_IOC_RESIZE_FS_, &blocks) < 0) logmsg("cannot grow the root filesystem to %" PRIu64 " blocks: %s", blocks, strerror(errno));
-  else logmsg("grew the root filesystem to %" PRIu64 " blocks of %ld bytes in %" PRId64 " ms", blocks, (long)sf.f_bsize, now_ms() - t0);
+  else logmsg("root filesystem sized to its disk, %" PRIu64 " blocks of %ld bytes, in %" PRId64 " ms", blocks, (long)sf.f_bsize, now_ms() - t0);
   if (fd >= 0) close(fd);
 }
