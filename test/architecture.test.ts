@@ -189,6 +189,11 @@ describe('architecture', () => {
     expect(bad).toEqual([]);
   });
 
+  it('lets only the global setup compile dist/ (a test that rebuilt it raced the tests spawning bin/berth)', () => {
+    const builders = codeFiles.filter((f) => f.startsWith(join(REPO, 'test')) && /'-p',\s*'tsconfig\.build\.json'/.test(readFileSync(f, 'utf8')));
+    expect(builders.map(repoRel)).toEqual(['test/global-setup.ts']);
+  });
+
   it(`keeps files readable (at most ${MAX_LINES} lines)`, () => {
     const lines = new Map(ALL.map((f) => [repoRel(f), readFileSync(f, 'utf8').split('\n').length - 1] as const));
     const long = [...lines].filter(([, n]) => n > MAX_LINES).map(([f, n]) => `${f} (${n} lines)`);

@@ -2,7 +2,7 @@
  * `berth demo` as a user runs it (bin/berth, compiled CLI) against a real server with gVisor sessions:
  * exit 0 means every expectation of the Plan-then-Execute scenario held; the transcript shows each one.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO, gvisorMissing, skipReason } from './helpers/env.js';
@@ -26,7 +26,6 @@ describe.skipIf(skip)('berth demo', () => {
   let srv: TestServer;
 
   beforeAll(async () => {
-    spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, stdio: 'ignore' });
     srv = await startTestServer();
   }, 300_000);
   afterAll(async () => {

@@ -3,7 +3,7 @@
  * or an intruder hiding entries, does) refuses to start, because the last signed head is remembered beside
  * the audit key, outside the data directory; `--accept-audit-rollback` starts it and the log records that.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -19,8 +19,6 @@ const keyDir = mkdtempSync(join(tmpdir(), 'berth-rollback-key-'));
 const children: ChildProcess[] = [];
 
 beforeAll(() => {
-  // bin/berth runs dist/: build it from these sources.
-  spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, stdio: 'ignore' });
   expect(existsSync(join(REPO, 'dist', 'src', 'cli', 'main.js'))).toBe(true);
 }, 300_000);
 
