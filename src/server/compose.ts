@@ -11,7 +11,6 @@ import { resolveIdleSweepMs } from '../engine/options.js';
 import { newSecret } from '../engine/auth.js';
 import { openSqliteStore } from '../store/sqlite.js';
 import { verifyAudit, type VerifiableAuditLog } from '../store/audit.js';
-import { openPostgresStore, redact } from '../store/postgres/store.js';
 import { LocalSnapshotStore } from '../store/snapshot-dir.js';
 import type { Engine } from '../engine/api.js';
 import { AuditProofs } from '../engine/audit-proofs.js';
@@ -55,7 +54,7 @@ export interface BerthOptions {
   defaults?: SessionManagerOptions['defaults'];
   log?: (line: string) => void;
   /** Startup phases and build lines as they happen, for /healthz and the terminal. Default: none. */
-  progress?: { set(phase: string, message: string): void; line(text: string): void };
+  progress?: { set(phase: string, message: string): void; line(text: string, phase?: string): void; done(phase: string): void };
   /** The audit signing key file (created 0600 if missing). Default `<dataDir>/audit.key`: keep it elsewhere in production. */
   auditKeyPath?: string;
   /** Start even though the audit log is behind its last signed head, recording that it did. Default false. */
@@ -100,10 +99,16 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   const key = await rootKey(dataDir);
   const clock = opts.clock ?? systemClock;
-  const store: EngineStore = opts.database
-    ? await openPostgresStore({ url: opts.database, clock, anchorPath: join(dataDir, 'audit-head') })
-    : openSqliteStore({ path: join(dataDir, 'berth.db'), clock });
-  log(opts.database ? `store: PostgreSQL ${redact(opts.database)}` : `store: SQLite ${join(dataDir, 'berth.db')}`);
+  let store: EngineStore;
+  if (opts.database) {
+    // Loaded only when asked for: the pg driver is about 30 modules a SQLite server would load at every start.
+    const pg = await import('../store/postgres/store.js');
+    store = await pg.openPostgresStore({ url: opts.database, clock, anchorPath: join(dataDir, 'audit-head') });
+    log(`store: PostgreSQL ${pg.redact(opts.database)}`);
+  } else {
+    store = openSqliteStore({ path: join(dataDir, 'berth.db'), clock });
+    log(`store: SQLite ${join(dataDir, 'berth.db')}`);
+  }
   const snapshots = new LocalSnapshotStore(join(dataDir, 'snapshots'));
   const cacheDir = opts.imageCacheDir ?? join(dataDir, 'images');
   const agentPath = join(packageRoot(), 'dist', 'agent', 'berth-agent');
@@ -111,17 +116,25 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   const drivers: Partial<Record<BackendName, SandboxDriver>> = {};
   const unavailable: Partial<Record<BackendName, string>> = {};
   const progress = opts.progress;
-  for (const b of backends) {
+  // Side by side: each probe waits on host commands (runsc, qemu), and a restart waits for the slowest only.
+  const made = await Promise.all(backends.map(async (b) => {
     progress?.set(b, DRIVERS[b].preparing);
     try {
-      const d = await DRIVERS[b].create({ stateDir: join(dataDir, b), cacheDir, agentPath, log, progress: progress && ((l) => progress.line(l)) });
+      const d = await DRIVERS[b].create({ stateDir: join(dataDir, b), cacheDir, agentPath, log, progress: progress && ((l) => progress.line(l, b)) });
       await d.probe();
-      drivers[b] = d;
-    } catch (e) {
-      unavailable[b] = (e as Error).message;
-      log(`backend ${b} unavailable: ${(e as Error).message}`);
+      return d;
+    } finally {
+      progress?.done(b);
     }
-  }
+  }).map((p) => p.then((d) => ({ d }), (e: Error) => ({ e }))));
+  backends.forEach((b, i) => {
+    const r = made[i]!;
+    if ('d' in r) drivers[b] = r.d;
+    else {
+      unavailable[b] = r.e.message;
+      log(`backend ${b} unavailable: ${r.e.message}`);
+    }
+  });
 
   progress?.set('recovery', 'recovering sessions');
   return composeEngine({

@@ -9,31 +9,44 @@ import { toErrorBody, type HealthView, type StartingView } from '../protocol/ind
 
 type FetchApp = { fetch: (request: Request) => Response | Promise<Response> };
 
-/** Where startup is; updated by the composition root as it goes. */
+/**
+ * Where startup is; updated by the composition root as it goes. The backends get ready side by side, so
+ * several phases can be under way at once: the view shows the one that started first and is still going
+ * (at a first start, the base image build the others wait for), or, when none is, the last one that ended.
+ */
 export class StartupProgress {
   private readonly t0: number;
-  private phase = 'starting';
-  private message = 'starting';
-  private detail: string | null = null;
+  private readonly active = new Map<string, { message: string; detail: string | null }>();
+  private shown: { phase: string; message: string; detail: string | null } = { phase: 'starting', message: 'starting', detail: null };
   private readonly listeners = new Set<(v: StartingView) => void>();
 
   constructor(private readonly now: () => number = Date.now) {
     this.t0 = now();
   }
 
-  /** A new phase (image, backends, recovery…), with a sentence for people. */
+  /** A phase begins (a backend, recovery…), with a sentence for people. */
   set(phase: string, message: string): void {
-    this.phase = phase;
-    this.message = message;
-    this.detail = null;
+    this.active.delete(phase);
+    this.active.set(phase, { message, detail: null });
     this.emit();
   }
 
-  /** The latest line of the current phase's work (a debootstrap step, say). */
-  line(text: string): void {
+  /** The latest line of a phase's work (a debootstrap step, say); without a phase, the latest begun. */
+  line(text: string, phase?: string): void {
     const t = text.trim();
-    if (!t) return;
-    this.detail = t.slice(0, 300);
+    const key = phase ?? [...this.active.keys()].pop();
+    const entry = key === undefined ? undefined : this.active.get(key);
+    if (!t || !entry) return;
+    entry.detail = t.slice(0, 300);
+    this.emit();
+  }
+
+  /** A phase ended; the view moves on to the next one still under way. */
+  done(phase: string): void {
+    const entry = this.active.get(phase);
+    if (!entry) return;
+    this.active.delete(phase);
+    this.shown = { phase, ...entry };
     this.emit();
   }
 
@@ -43,7 +56,9 @@ export class StartupProgress {
   }
 
   view(): StartingView {
-    return { phase: this.phase, message: this.message, detail: this.detail, elapsedS: Math.round((this.now() - this.t0) / 100) / 10 };
+    const first = this.active.entries().next();
+    const { phase, message, detail } = first.done ? this.shown : { phase: first.value[0], ...first.value[1] };
+    return { phase, message, detail, elapsedS: Math.round((this.now() - this.t0) / 100) / 10 };
   }
 
   private emit(): void {

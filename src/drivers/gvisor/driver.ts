@@ -20,6 +20,7 @@ import {
 } from '../../core/index.js';
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { AgentBackedDriver } from '../agent/agent-driver.js';
+import { commandInstalled } from '../command.js';
 import { cgroupPids, freeze, freezerState, oomKilled, readStats, removeCgroups, setSandboxesShares, thaw } from './cgroup.js';
 import { growPipes, pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { ensureRoom, pausedDeath, runningFromStateFile } from './host-checks.js';
@@ -145,8 +146,7 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
   }
 
   async probe(): Promise<void> {
-    const r = spawnSync(this.opts.runscPath ?? 'runsc', ['--version'], { encoding: 'utf8' });
-    if (r.error || r.status !== 0) {
+    if (!(await commandInstalled(this.opts.runscPath ?? 'runsc'))) {
       throw new UnavailableError('runsc (gVisor) is not installed: run `apt-get install -y runsc` as root');
     }
     if (!existsSync('/sys/fs/cgroup/freezer')) throw new UnavailableError('the cgroup v1 freezer controller is not mounted');

@@ -1,4 +1,3 @@
-import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
@@ -22,6 +21,7 @@ import {
 } from '../../core/index.js';
 import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { AgentBackedDriver } from '../agent/agent-driver.js';
+import { commandInstalled } from '../command.js';
 import { type GuestImage, type GuestRecipe, ensureGuestImage, withAgent } from '../image/guest.js';
 import {
   QEMU_BINARY,
@@ -181,10 +181,10 @@ export class QemuDriver extends AgentBackedDriver implements SandboxDriver {
 
   /** Checks the QEMU tools, builds the base guest image if needed and decides the accelerator (all cached). */
   async probe(opts: CallOptions = {}): Promise<void> {
-    for (const [bin, pkg] of [[QEMU_BINARY, 'qemu-system-x86'], [QEMU_IMG, 'qemu-utils']] as const) {
-      const r = spawnSync(bin, ['--version'], { stdio: 'ignore' });
-      if (r.error || r.status !== 0) throw new UnavailableError(`${bin} is not installed: run \`apt-get install -y ${pkg}\` as root`);
-    }
+    const tools = [[QEMU_BINARY, 'qemu-system-x86'], [QEMU_IMG, 'qemu-utils']] as const;
+    const ran = await Promise.all(tools.map(([bin]) => commandInstalled(bin)));
+    const missing = tools.find((_, i) => !ran[i]);
+    if (missing) throw new UnavailableError(`${missing[0]} is not installed: run \`apt-get install -y ${missing[1]}\` as root`);
     await withSignal(this.ready(), opts.signal);
   }
 
