@@ -22,6 +22,9 @@ export default async function setup(): Promise<void> {
   // none of them may rewrite it (tsc writes files in place; a concurrent reader saw half a module).
   const tsc = spawnSync(process.execPath, [join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: REPO, encoding: 'utf8' });
   if (tsc.status !== 0) throw new Error(`compiling dist/ failed:\n${tsc.stdout}${tsc.stderr}`);
+  // bin/berth runs the bundle of what tsc just wrote (an older bundle would be passed over for dist/src).
+  const bundle = spawnSync(process.execPath, ['scripts/bundle.mjs'], { cwd: REPO, encoding: 'utf8' });
+  if (bundle.status !== 0) throw new Error(`bundling dist/ failed:\n${bundle.stdout}${bundle.stderr}`);
   // The web console (dist/console), rebuilt when a source under src/console is newer than the build.
   if (consoleStale()) {
     const vite = spawnSync(process.execPath, [join(REPO, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--config', 'src/console/vite.config.mjs'], { cwd: REPO, encoding: 'utf8' });

@@ -54,7 +54,7 @@ function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.Proce
 
 describe('the packed package', () => {
   it('holds the compiled SDK with its types, and neither sources nor tests', () => {
-    for (const f of ['package.json', 'bin/berth', 'dist/src/sdk/index.js', 'dist/src/sdk/index.d.ts', 'dist/src/sdk/node.js', 'dist/src/sdk/node.d.ts', 'dist/src/protocol/openapi.js']) expect(files).toContain(f);
+    for (const f of ['package.json', 'bin/berth', 'dist/bundle/berth.js', 'dist/src/sdk/index.js', 'dist/src/sdk/index.d.ts', 'dist/src/sdk/node.js', 'dist/src/sdk/node.d.ts', 'dist/src/protocol/openapi.js']) expect(files).toContain(f);
     expect(files.filter((f) => /\.test\.|^test\/|^src\/|^\.berth/.test(f))).toEqual([]);
   });
 
