@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --json] [-- --quick] [-- --only gate,audit,egress,gvisor,qemu,checkpoint,ports,templates,terminals,desktop]`: raw engines and Berth
+ * `npm run bench [-- --json] [-- --quick] [-- --only gate,audit,startup,egress,gvisor,qemu,checkpoint,ports,templates,terminals,desktop]`: raw engines and Berth
  * side by side in one run (the default is gate,audit,gvisor,qemu; checkpoint compares runsc's checkpoint flags). Prints a table; with --json the last line is `{"results":[…]}`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -22,14 +22,14 @@ async function main(): Promise<void> {
   if (args.includes('--help')) {
     console.log('npm run bench [-- --json] [-- --quick] [-- --only SECTIONS]\n' +
       '  --json    end with one JSON line {"results":[…]}\n  --quick   fewer samples\n' +
-      '  --only    sections, comma-separated: gate, audit, egress, gvisor, templates, desktop, qemu (the default set),\n' +
+      '  --only    sections, comma-separated: gate, audit, startup, egress, gvisor, templates, desktop, qemu (the default set),\n' +
       '            and ports, terminals, checkpoint (runsc checkpoint flags vs none)');
     return;
   }
   const json = args.includes('--json');
   const quick = args.includes('--quick');
   const onlyArg = args.find((a) => a.startsWith('--only='))?.slice(7) ?? (args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined);
-  const only = new Set((onlyArg ?? 'gate,audit,egress,gvisor,templates,desktop,qemu').split(','));
+  const only = new Set((onlyArg ?? 'gate,audit,startup,egress,gvisor,templates,desktop,qemu').split(','));
   const log = (s: string) => console.error(`[bench] ${s}`);
   const root = packageRoot();
   const cacheDir = join(root, '.berth', 'images');
@@ -41,6 +41,10 @@ async function main(): Promise<void> {
     for (const g of await benchGate()) {
       rows.push({ ...row(g.op, 'gate', [g.p50Ms], null, 'p99 <= 2 ms'), n: g.n, berthP95Ms: g.p99Ms, note: `p99 ${g.p99Ms} ms` });
     }
+  }
+
+  if (only.has('startup')) {
+    rows.push(...(await (await import('./startup.js')).benchStartup({ quick, log })));
   }
 
   if (only.has('egress')) {

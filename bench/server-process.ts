@@ -34,14 +34,15 @@ export class StartupError extends Error {
 }
 
 /**
- * Starts `berth serve --port 0` on `dataDir` and resolves once it listens. The child leads its own process
+ * Starts `berth serve --port 0` on `dataDir` (bin/berth, or `entry`: a CLI entry point run by Node itself) and
+ * resolves once it is ready. The child leads its own process
  * group (`detached`), so `process.kill(-child.pid, sig)` is what Ctrl-C in its terminal would do.
  */
-export async function startServerProcess(o: { node?: string; dataDir: string; port?: number; timeoutMs?: number; extraArgs?: string[] }): Promise<ServerProcess> {
+export async function startServerProcess(o: { node?: string; dataDir: string; port?: number; timeoutMs?: number; extraArgs?: string[]; entry?: string; env?: NodeJS.ProcessEnv }): Promise<ServerProcess> {
   const node = o.node ?? process.execPath;
   const t0 = performance.now();
-  const args = [join(ROOT, 'bin', 'berth'), 'serve', '--host', '127.0.0.1', '--port', String(o.port ?? 0), '--data', o.dataDir, '--image-cache', join(ROOT, '.berth', 'images'), ...(o.extraArgs ?? [])];
-  const child = spawn(node, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const args = [o.entry ?? join(ROOT, 'bin', 'berth'), 'serve', '--host', '127.0.0.1', '--port', String(o.port ?? 0), '--data', o.dataDir, '--image-cache', join(ROOT, '.berth', 'images'), ...(o.extraArgs ?? [])];
+  const child = spawn(node, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true, ...(o.env ? { env: o.env } : {}) });
   let out = '';
   let err = '';
   child.stdout?.on('data', (b: Buffer) => (out = (out + b.toString()).slice(-64_000)));

@@ -54,7 +54,7 @@ export interface BerthOptions {
   defaults?: SessionManagerOptions['defaults'];
   log?: (line: string) => void;
   /** Startup phases and build lines as they happen, for /healthz and the terminal. Default: none. */
-  progress?: { set(phase: string, message: string): void; line(text: string, phase?: string): void; done(phase: string): void };
+  progress?: { set(phase: string, message: string): void; line(text: string, phase: string): void; done(phase: string): void };
   /** The audit signing key file (created 0600 if missing). Default `<dataDir>/audit.key`: keep it elsewhere in production. */
   auditKeyPath?: string;
   /** Start even though the audit log is behind its last signed head, recording that it did. Default false. */
@@ -117,7 +117,7 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
   const unavailable: Partial<Record<BackendName, string>> = {};
   const progress = opts.progress;
   // Side by side: each probe waits on host commands (runsc, qemu), and a restart waits for the slowest only.
-  const made = await Promise.all(backends.map(async (b) => {
+  const made = await Promise.allSettled(backends.map(async (b) => {
     progress?.set(b, DRIVERS[b].preparing);
     try {
       const d = await DRIVERS[b].create({ stateDir: join(dataDir, b), cacheDir, agentPath, log, progress: progress && ((l) => progress.line(l, b)) });
@@ -126,13 +126,13 @@ export async function createBerth(opts: BerthOptions): Promise<Berth> {
     } finally {
       progress?.done(b);
     }
-  }).map((p) => p.then((d) => ({ d }), (e: Error) => ({ e }))));
+  }));
   backends.forEach((b, i) => {
     const r = made[i]!;
-    if ('d' in r) drivers[b] = r.d;
+    if (r.status === 'fulfilled') drivers[b] = r.value;
     else {
-      unavailable[b] = r.e.message;
-      log(`backend ${b} unavailable: ${r.e.message}`);
+      unavailable[b] = (r.reason as Error).message;
+      log(`backend ${b} unavailable: ${unavailable[b]}`);
     }
   });
 

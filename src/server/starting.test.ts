@@ -17,8 +17,9 @@ describe('StartupProgress', () => {
     p.done('qemu');
     expect(p.view()).toMatchObject({ phase: 'qemu', message: 'preparing the QEMU backend' }); // the last to end, until the next begins
     p.set('recovery', 'recovering sessions');
-    p.line('  ');
-    p.line('3 of 30');
+    p.line('  ', 'recovery');
+    p.line('3 of 30', 'recovery');
+    p.line('late', 'gvisor'); // a phase that ended takes no more lines
     expect(p.view()).toMatchObject({ phase: 'recovery', detail: '3 of 30' });
     p.done('nothing-under-way');
     expect(p.view().phase).toBe('recovery');

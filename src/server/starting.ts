@@ -31,11 +31,10 @@ export class StartupProgress {
     this.emit();
   }
 
-  /** The latest line of a phase's work (a debootstrap step, say); without a phase, the latest begun. */
-  line(text: string, phase?: string): void {
+  /** The latest line of a phase's work (a debootstrap step, say). */
+  line(text: string, phase: string): void {
     const t = text.trim();
-    const key = phase ?? [...this.active.keys()].pop();
-    const entry = key === undefined ? undefined : this.active.get(key);
+    const entry = this.active.get(phase);
     if (!t || !entry) return;
     entry.detail = t.slice(0, 300);
     this.emit();
