@@ -7,6 +7,8 @@ export interface ClockedMachine {
   channel?: AgentChannel;
   spec: { sandboxId: string };
   clockSync?: Promise<void>;
+  /** Set when the machine is being destroyed or hibernated: a sync its channel's closing cut short is not a failure. */
+  stopping: boolean;
 }
 
 /**
@@ -26,10 +28,14 @@ export function syncClockSoon(log: ((line: string) => void) | undefined, live: C
     const h = await channel.exec({ argv: ['/bin/date', '-u', '-s', stamp], timeoutMs: 10_000 });
     const x = await h.wait();
     if (x.code !== 0) log?.(`clock sync in ${live.spec.sandboxId} failed with exit ${x.code}`);
-  })().catch((e: unknown) => log?.(`clock sync in ${live.spec.sandboxId} failed: ${(e as Error).message}`));
-  live.clockSync = sync.finally(() => {
-    if (live.clockSync === sync) live.clockSync = undefined;
+  })().catch((e: unknown) => {
+    if (!live.stopping) log?.(`clock sync in ${live.spec.sandboxId} failed: ${(e as Error).message}`);
   });
+  // Forgotten once settled, unless a later sync took its place (compare with what was stored: the finally's promise).
+  const kept: Promise<void> = sync.finally(() => {
+    if (live.clockSync === kept) live.clockSync = undefined;
+  });
+  live.clockSync = kept;
 }
 
 /** p, or the signal's abort error if it aborts first. */
