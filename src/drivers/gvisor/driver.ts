@@ -1,4 +1,3 @@
-import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsc, existsSync, openSync, closeSync } from 'node:fs';
 import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
@@ -22,7 +21,7 @@ import { AgentChannel, MAX_PROCESSES, RING_BYTES } from '../agent/channel.js';
 import { AgentBackedDriver } from '../agent/agent-driver.js';
 import { commandInstalled } from '../command.js';
 import { cgroupPids, freeze, freezerState, oomKilled, readStats, removeCgroups, setSandboxesShares, thaw } from './cgroup.js';
-import { growPipes, pidsOf, runscProcesses, type RunscProcess } from './host.js';
+import { growPipes, makeFifos, pidsOf, runscProcesses, type RunscProcess } from './host.js';
 import { ensureRoom, pausedDeath, runningFromStateFile } from './host-checks.js';
 import { Runsc } from './runsc.js';
 import { ociSpec, type SandboxPaths } from './spec.js';
@@ -200,8 +199,7 @@ export class GvisorDriver extends AgentBackedDriver implements SandboxDriver {
     await writeFile(join(dir, 'spec.json'), JSON.stringify(spec), { mode: 0o600 });
     const fifoIn = join(dir, 'agent.in');
     const fifoOut = join(dir, 'agent.out');
-    const mk = spawnSync('mkfifo', ['-m', '600', fifoIn, fifoOut]);
-    if (mk.status !== 0) throw new SandboxError(`mkfifo failed: ${mk.stderr?.toString()}`);
+    await makeFifos([fifoIn, fifoOut]);
     // The sandbox receives both FIFOs opened read-write: it then holds a reader and a writer of each
     // itself, so the agent never sees EOF or EPIPE when the server goes away, and a restarted server can
     // reopen the FIFOs and carry on (see adopt()).
