@@ -20,8 +20,10 @@ import { printTable, row, type Row } from './stats.js';
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   if (args.includes('--help')) {
-    console.log('npm run bench [-- --json] [-- --quick] [-- --only SECTIONS]\n' +
+    console.log('npm run bench [-- --json] [-- --quick] [-- --only SECTIONS] [-- --audit-entries N]\n' +
       '  --json    end with one JSON line {"results":[…]}\n  --quick   fewer samples\n' +
+      '  --audit-entries N  the audit section builds a log of N entries for its checkpoint, proof and verify rows\n' +
+      '            (default 1000000, with --quick 100000; 0 skips them)\n' +
       '  --only    sections, comma-separated: gate, audit, startup, egress, gvisor, templates, desktop, qemu (the default set),\n' +
       '            and ports, terminals, checkpoint (runsc checkpoint flags vs none)');
     return;
@@ -29,6 +31,12 @@ async function main(): Promise<void> {
   const json = args.includes('--json');
   const quick = args.includes('--quick');
   const onlyArg = args.find((a) => a.startsWith('--only='))?.slice(7) ?? (args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined);
+  const entriesArg = args.includes('--audit-entries') ? Number(args[args.indexOf('--audit-entries') + 1]) : quick ? 100_000 : 1_000_000;
+  if (!Number.isSafeInteger(entriesArg) || entriesArg < 0) {
+    console.error('bench: --audit-entries must be a whole number of entries (0 skips the big-log rows)');
+    process.exitCode = 2;
+    return;
+  }
   const only = new Set((onlyArg ?? 'gate,audit,startup,egress,gvisor,templates,desktop,qemu').split(','));
   const log = (s: string) => console.error(`[bench] ${s}`);
   const root = packageRoot();
@@ -59,8 +67,8 @@ async function main(): Promise<void> {
   }
 
   if (only.has('audit')) {
-    log('audit: append with tree + signed head, gated call (memory driver)');
-    rows.push(...(await benchAudit({ log })));
+    log(`audit: append with tree + signed head, gated call (memory driver)${entriesArg ? `, checkpoint, proofs and verify at ${entriesArg} entries` : ''}`);
+    rows.push(...(await benchAudit({ log, ...(entriesArg ? { entries: entriesArg } : {}) })));
   }
 
   if (only.has('ports')) {
